@@ -1,0 +1,141 @@
+"""`SparkStageOperator`: submit one lakeprep Spark stage through the Spark provider.
+
+A thin subclass of `SparkSubmitOperator`: the Airflow connection carries the master,
+deploy mode, queue and Kerberos settings, explicit arguments override it, and the
+provider does the submitting, log streaming, masking and killing. What this class adds
+is the lakeprep contract: it re-reads and re-validates the dataset spec when the task
+starts (with the run's trigger-form overrides), derives the stage's inputs, output and
+`--params` JSON from it, ships `lakeprep_jobs` as a zip, and returns the stage's row
+accounting (`_lakeprep_report.json`) as its XCom.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from lakeprep_airflow import jobs_package, lake_fs, spec as spec_mod
+from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+REPORT_NAME = "_lakeprep_report.json"
+
+
+def stage_argv(inputs: Sequence[str], output: str, params: dict[str, Any]) -> list[str]:
+    """The argv contract every `lakeprep_jobs` stage parses (see `common.parse_args`)."""
+    argv: list[str] = []
+    for uri in inputs:
+        argv += ["--input", uri]
+    return [*argv, "--output", output, "--params", json.dumps(params, sort_keys=True, separators=(",", ":"))]
+
+
+def parse_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """Rendered template values arrive as strings: read them back as JSON scalars.
+
+    `"0.5"` -> 0.5, `"7"` -> 7, `"true"` -> True; anything that is not JSON stays a string
+    (and the spec schema then decides whether a string is acceptable there).
+    """
+    parsed: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                pass
+        parsed[key] = value
+    return parsed
+
+
+class SparkStageOperator(SparkSubmitOperator):
+    """Run one lakeprep stage (`validate` ... `export_shards`) for one logical date.
+
+    :param stage: the stage name, one of `lakeprep_airflow.spec.STAGES`.
+    :param spec_path: path of the dataset's YAML spec on the worker. (templated)
+    :param lake_root: lake root URI; defaults to the `lakeprep_lake_root` Variable. (templated)
+    :param run_ds: the partition date, YYYY-MM-DD; defaults to the run's logical date. (templated)
+    :param overrides: dotted spec paths to values, typically from `params`
+        (`{"stages.sample.seed": "{{ params.seed }}"}`), validated like the file. (templated)
+    :param webhdfs_conn_id: connection used to read the stage report from `hdfs://` lakes.
+    :param kwargs: passed to `SparkSubmitOperator` (`conn_id`, `conf`, resources, ...).
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "spec_path",
+        "lake_root",
+        "run_ds",
+        "overrides",
+    )
+
+    def __init__(
+        self,
+        *,
+        stage: str,
+        spec_path: str,
+        lake_root: str = LAKE_ROOT_TEMPLATE,
+        run_ds: str = RUN_DS_TEMPLATE,
+        overrides: dict[str, str] | None = None,
+        webhdfs_conn_id: str = "webhdfs_default",
+        **kwargs: Any,
+    ) -> None:
+        if stage not in spec_mod.STAGES:
+            raise ValueError(f"stage {stage!r} must be one of {spec_mod.STAGES}")
+        kwargs.setdefault("name", f"lakeprep-{stage}-{{{{ run_id | replace(':', '') }}}}")
+        super().__init__(**kwargs)
+        self.stage = stage
+        self.spec_path = spec_path
+        self.lake_root = lake_root
+        self.run_ds = run_ds
+        self.overrides = overrides
+        self.webhdfs_conn_id = webhdfs_conn_id
+
+    def prepare_submission(self, run_id: str) -> tuple[list[str], str]:
+        """Validate the spec and fill `application`, `py_files`, `application_args`, `conf`.
+
+        Returns (inputs, output). Split from `execute` so tests can compare argv as lists.
+        """
+        spec = spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
+        lake_root = require_lake_root(self.lake_root)
+        inputs, output = spec_mod.stage_io(spec, self.stage, lake_root=lake_root, ds=self.run_ds)
+        params = spec_mod.stage_params(spec, self.stage, lake_root=lake_root, ds=self.run_ds, run_id=run_id)
+        self.application = str(jobs_package.stage_script(self.stage))
+        self.py_files = str(jobs_package.build_zip())
+        self.application_args = stage_argv(inputs, output, params)
+        # The spec's Spark settings first; the operator's own `conf` wins.
+        self.conf = {**spec.data.get("spark", {}).get("conf", {}), **(self.conf or {})}
+        return inputs, output
+
+    def _check_connection(self) -> None:
+        # The provider silently falls back to `--master yarn` when the connection is
+        # missing; on a machine without YARN that fails far from the cause.
+        from airflow.sdk import BaseHook
+
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except Exception as err:  # AirflowNotFoundException, across Airflow versions
+            raise ValueError(
+                f"Spark connection {self._conn_id!r} is not defined; set AIRFLOW_CONN_"
+                f"{self._conn_id.upper()} (e.g. '{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}' "
+                "or 'spark://spark-master:7077') or create it in the UI"
+            ) from err
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        _, output = self.prepare_submission(context["run_id"])
+        self._check_connection()
+        self.log.info("stage %s: %s", self.stage, " ".join(self.application_args))
+        super().execute(context)
+        fs, path = lake_fs.resolve(output, webhdfs_conn_id=self.webhdfs_conn_id)
+        report = json.loads(fs.read_bytes(lake_fs.join(path, REPORT_NAME)))
+        self.log.info(
+            "stage %s: rows in %s, out %s, quarantined %s",
+            self.stage,
+            report.get("rows_in"),
+            report.get("rows_out"),
+            report.get("rows_quarantined"),
+        )
+        return report

@@ -1,0 +1,107 @@
+"""`PartitionSensor`: wait until a dataset partition is complete.
+
+Complete means: the partition directory exists, its `_SUCCESS` marker is there, and it
+holds at least `min_files` data files and `min_bytes` bytes. `file://` lakes are listed
+directly; `hdfs://` and `webhdfs://` go through the apache-hdfs provider's WebHDFS hook
+(its connection carries the NameNode addresses, SSL and, with `[core] security =
+kerberos`, Kerberos). Use `mode="reschedule"` to free the worker slot between pokes, or
+`deferrable=True` to wait in the triggerer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowSensorTimeout
+
+from lakeprep_airflow.partition_status import LakeUnreachableError, check_partition
+from lakeprep_airflow.triggers.partition import PartitionCompleteTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class PartitionSensor(BaseSensorOperator):
+    """Wait for `uri` to hold a complete partition.
+
+    :param uri: the partition URI (`file://`, `hdfs://`, `webhdfs://`). (templated)
+    :param min_files: minimum number of data files (names not starting with `_` or `.`).
+    :param min_bytes: minimum total bytes of those files.
+    :param webhdfs_conn_id: the WebHDFS connection for `hdfs://` URIs. (templated)
+    :param deferrable: wait in the triggerer instead of a worker slot.
+    """
+
+    template_fields: Sequence[str] = ("uri", "webhdfs_conn_id")
+    ui_color = "#e8f1fa"
+
+    def __init__(
+        self,
+        *,
+        uri: str,
+        min_files: int = 1,
+        min_bytes: int = 0,
+        webhdfs_conn_id: str = "webhdfs_default",
+        deferrable: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if min_files < 0 or min_bytes < 0:
+            raise ValueError(f"min_files {min_files!r} and min_bytes {min_bytes!r} must be >= 0")
+        self.uri = uri
+        self.min_files = min_files
+        self.min_bytes = min_bytes
+        self.webhdfs_conn_id = webhdfs_conn_id
+        self.deferrable = deferrable
+        self._last_seen = "not checked yet"
+
+    def poke(self, context: Context) -> bool:
+        try:
+            status = check_partition(self.uri, webhdfs_conn_id=self.webhdfs_conn_id)
+        except LakeUnreachableError:
+            # Fail (and let retries apply) instead of waiting out the timeout on a dead
+            # endpoint: the message names it.
+            raise
+        self._last_seen = status.describe()
+        self.log.info("partition check: %s", self._last_seen)
+        return status.complete(self.min_files, self.min_bytes)
+
+    def _timeout_message(self, seen: str) -> str:
+        return (
+            f"partition {self.uri} was not complete (needs _SUCCESS, >= {self.min_files} data "
+            f"file(s), >= {self.min_bytes} bytes) after {self.timeout:.0f}s; last seen: {seen}"
+        )
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            try:
+                return super().execute(context)
+            except AirflowSensorTimeout as err:
+                raise AirflowSensorTimeout(self._timeout_message(self._last_seen)) from err
+        if self.poke(context):
+            return None
+        self.defer(
+            trigger=PartitionCompleteTrigger(
+                uri=self.uri,
+                min_files=self.min_files,
+                min_bytes=self.min_bytes,
+                poke_interval=float(self.poke_interval),
+                deadline=time.time() + float(self.timeout),
+                webhdfs_conn_id=self.webhdfs_conn_id,
+            ),
+            method_name="execute_complete",
+            # A backstop a little after the trigger's own deadline.
+            timeout=timedelta(seconds=float(self.timeout) + 2 * float(self.poke_interval) + 60),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
+        status = event.get("status")
+        if status == "complete":
+            self.log.info("partition complete: %s", event.get("seen"))
+            return
+        if status == "timeout":
+            raise AirflowSensorTimeout(self._timeout_message(event.get("seen", "?")))
+        raise LakeUnreachableError(event.get("message", f"partition check failed for {self.uri}: {event}"))

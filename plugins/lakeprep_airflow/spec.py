@@ -1,0 +1,509 @@
+"""Dataset specs: one YAML file per dataset, validated, turned into per-stage parameters.
+
+A spec is the single place where a dataset's facts live (where raw partitions land, the
+column contract and roles, reference tables, every stage's knobs). The DAG factory reads
+it at parse time (cheap: YAML + jsonschema, no I/O beyond the file) and each stage
+operator reads it again when it starts, so a spec edited between parse and run is
+re-validated before any Spark job sees it. Spark jobs never read the spec: they get the
+slice they need as `--params` JSON (see `stage_params`).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+ROLES = ("id", "label", "numeric", "categorical", "text", "timestamp", "ignored")
+FEATURE_ROLES = ("numeric", "categorical", "text")
+TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp")
+FORMATS = ("csv", "json", "parquet")
+STAGES = ("validate", "preprocess", "select_features", "sample", "export_shards")
+
+_NAME = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"}
+_COLUMN = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "role"],
+    "properties": {
+        "name": _NAME,
+        "type": {"enum": list(TYPES)},
+        "role": {"enum": list(ROLES)},
+        "nullable": {"type": "boolean"},
+        "expr": {"type": "string", "minLength": 1},
+    },
+}
+_READ_OPTIONS = {
+    "type": "object",
+    "additionalProperties": {"type": "string"},
+    "propertyNames": {"pattern": "^[A-Za-z][A-Za-z0-9_.]*$"},
+}
+
+SPEC_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["name", "source", "columns", "derived", "label", "stages", "training"],
+    "properties": {
+        "name": _NAME,
+        "description": {"type": "string"},
+        "owner": {"type": "string"},
+        "schedule": {"type": ["string", "null"]},
+        "start_date": {"type": "string", "format": "date"},
+        "end_date": {"type": ["string", "null"], "format": "date"},
+        "catchup": {"type": "boolean"},
+        "source": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["uri", "format"],
+            "properties": {
+                "uri": {"type": "string", "pattern": r"\{ds\}"},
+                "format": {"enum": list(FORMATS)},
+                "options": _READ_OPTIONS,
+                "min_files": {"type": "integer", "minimum": 0},
+                "min_bytes": {"type": "integer", "minimum": 0},
+                "timeout_seconds": {"type": "integer", "minimum": 1},
+                "poke_interval_seconds": {"type": "integer", "minimum": 1},
+            },
+        },
+        "columns": {"type": "array", "minItems": 1, "items": _COLUMN},
+        "derived": {"type": "array", "items": _COLUMN},
+        "label": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["column", "classes"],
+            "properties": {
+                "column": _NAME,
+                "classes": {"type": "array", "minItems": 2, "items": {"type": "integer"}},
+            },
+        },
+        "references": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "uri", "format", "join_keys", "columns"],
+                "properties": {
+                    "name": _NAME,
+                    "uri": {"type": "string"},
+                    "format": {"enum": list(FORMATS)},
+                    "options": _READ_OPTIONS,
+                    "join_keys": {"type": "array", "minItems": 1, "items": _NAME},
+                    "columns": {"type": "array", "minItems": 1, "items": _COLUMN},
+                },
+            },
+        },
+        "stages": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": list(STAGES),
+            "properties": {
+                "validate": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "max_quarantine_share": {"type": "number", "minimum": 0, "maximum": 1},
+                        "allow_empty": {"type": "boolean"},
+                    },
+                },
+                "preprocess": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "numeric_null_policy": {"enum": ["mean", "median"]},
+                        "categorical_buckets": {"type": "integer", "minimum": 2, "maximum": 1 << 24},
+                        "text_vocab_size": {"type": "integer", "minimum": 2, "maximum": 1 << 24},
+                        "text_max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
+                    },
+                },
+                "select_features": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "min_variance": {"type": "number", "minimum": 0},
+                        "pca_components": {"type": ["integer", "null"], "minimum": 1},
+                    },
+                },
+                "sample": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                        "class_fractions": {
+                            "type": "object",
+                            "propertyNames": {"pattern": "^-?[0-9]+$"},
+                            "additionalProperties": {
+                                "type": "number",
+                                "minimum": 0,
+                                "maximum": 1,
+                            },
+                        },
+                        "seed": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+                        "splits": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["train", "validation", "test"],
+                            "properties": {
+                                k: {"type": "number", "minimum": 0, "maximum": 1}
+                                for k in ("train", "validation", "test")
+                            },
+                        },
+                    },
+                },
+                "export_shards": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "window_days": {"type": "integer", "minimum": 1, "maximum": 3660},
+                        "batch_size": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+                        "target_shard_mb": {"type": "number", "exclusiveMinimum": 0},
+                        "remainder": {"enum": ["drop", "pad"]},
+                    },
+                },
+            },
+        },
+        "training": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "backend": {"enum": ["local"]},
+                "world_size": {"type": "integer", "minimum": 1, "maximum": 1024},
+                "epochs": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "learning_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
+            },
+        },
+        "spark": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "conf": {
+                    "type": "object",
+                    "propertyNames": {"pattern": r"^spark\.[A-Za-z0-9_.\-]+$"},
+                    "additionalProperties": {"type": "string"},
+                }
+            },
+        },
+    },
+}
+
+# Defaults applied before validation, so a spec only states what differs.
+STAGE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "validate": {"max_quarantine_share": 0.1, "allow_empty": False},
+    "preprocess": {
+        "numeric_null_policy": "mean",
+        "categorical_buckets": 1024,
+        "text_vocab_size": 4096,
+        "text_max_tokens": 16,
+    },
+    "select_features": {"min_variance": 1e-6, "pca_components": None},
+    "sample": {
+        "fraction": 1.0,
+        "class_fractions": {},
+        "seed": 0,
+        "splits": {"train": 0.8, "validation": 0.1, "test": 0.1},
+    },
+    "export_shards": {
+        "window_days": 30,
+        "batch_size": 256,
+        "target_shard_mb": 128,
+        "remainder": "drop",
+    },
+}
+TRAINING_DEFAULTS: dict[str, Any] = {
+    "backend": "local",
+    "world_size": 1,
+    "epochs": 2,
+    "learning_rate": 1e-3,
+}
+
+
+class SpecError(ValueError):
+    """A dataset spec is invalid; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A validated dataset spec (the parsed YAML with defaults filled in)."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.data["name"]
+
+    @property
+    def dag_id(self) -> str:
+        return f"lakeprep_{self.name}"
+
+    @property
+    def stages(self) -> dict[str, dict[str, Any]]:
+        return self.data["stages"]
+
+    @property
+    def training(self) -> dict[str, Any]:
+        return self.data["training"]
+
+    @property
+    def source(self) -> dict[str, Any]:
+        return self.data["source"]
+
+    def all_columns(self) -> list[dict[str, Any]]:
+        """Raw, derived and reference columns, in the order they are produced."""
+        cols = [*self.data["columns"], *self.data["derived"]]
+        for ref in self.data.get("references", []):
+            cols.extend(ref["columns"])
+        return cols
+
+    def columns_with_role(self, role: str) -> list[str]:
+        return [c["name"] for c in self.all_columns() if c["role"] == role]
+
+    def with_overrides(self, overrides: dict[str, Any]) -> DatasetSpec:
+        """Return a re-validated copy with dotted-path overrides applied.
+
+        Trigger-form values (``{"stages.sample.seed": 3}``) land here, so they pass the same
+        schema as the file: a bad value is refused before any job starts.
+        """
+        data = copy.deepcopy(self.data)
+        for dotted, value in overrides.items():
+            *parents, leaf = dotted.split(".")
+            node = data
+            for key in parents:
+                if not isinstance(node.get(key), dict):
+                    raise SpecError(f"{self.path}: override {dotted!r} does not name a spec field")
+                node = node[key]
+            if leaf not in node:
+                raise SpecError(f"{self.path}: override {dotted!r} does not name a spec field")
+            node[leaf] = value
+        return _validated(self.path, data)
+
+
+def _fill_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    stages = data.setdefault("stages", {})
+    if isinstance(stages, dict):
+        for stage, defaults in STAGE_DEFAULTS.items():
+            given = stages.get(stage) or {}
+            if isinstance(given, dict):
+                stages[stage] = {**copy.deepcopy(defaults), **given}
+    training = data.get("training") or {}
+    if isinstance(training, dict):
+        data["training"] = {**TRAINING_DEFAULTS, **training}
+    data.setdefault("derived", [])
+    return data
+
+
+def _field_path(err: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in err.absolute_path) or "<top level>"
+
+
+def _validated(path: Path, raw: Any) -> DatasetSpec:
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    data = _fill_defaults(raw)
+    validator = jsonschema.Draft202012Validator(
+        SPEC_SCHEMA, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"{_field_path(e)}: {e.message}" for e in errors[:10]]
+        raise SpecError(f"{path}: invalid dataset spec:\n  " + "\n  ".join(lines))
+    spec = DatasetSpec(path=path, data=data)
+    _check_semantics(spec)
+    return spec
+
+
+def _check_semantics(spec: DatasetSpec) -> None:
+    """What JSON Schema cannot say: unique names, exactly one id and label, typed raw columns."""
+    where = spec.path
+    seen: set[str] = set()
+    for col in spec.all_columns():
+        if col["name"] in seen:
+            raise SpecError(f"{where}: column {col['name']!r} is declared twice")
+        seen.add(col["name"])
+    for i, col in enumerate(spec.data["columns"]):
+        if "type" not in col:
+            raise SpecError(f"{where}: columns.{i} ({col['name']}): raw columns need a 'type'")
+        if "expr" in col:
+            raise SpecError(
+                f"{where}: columns.{i} ({col['name']}): raw columns cannot have 'expr'; "
+                "put computed columns under 'derived'"
+            )
+    for section in ("derived",):
+        for i, col in enumerate(spec.data[section]):
+            if "expr" not in col:
+                raise SpecError(f"{where}: {section}.{i} ({col['name']}): needs an 'expr'")
+    for role in ("id", "label"):
+        named = spec.columns_with_role(role)
+        if len(named) != 1:
+            raise SpecError(f"{where}: exactly one column must have role {role!r}, found {named}")
+    if spec.columns_with_role("label")[0] != spec.data["label"]["column"]:
+        raise SpecError(
+            f"{where}: label.column {spec.data['label']['column']!r} is not the column "
+            f"with role 'label' ({spec.columns_with_role('label')[0]!r})"
+        )
+    raw_names = {c["name"] for c in spec.data["columns"]}
+    for ref in spec.data.get("references", []):
+        missing = [k for k in ref["join_keys"] if k not in raw_names]
+        if missing:
+            raise SpecError(
+                f"{where}: references.{ref['name']}.join_keys names {missing}, not raw columns"
+            )
+    if not any(spec.columns_with_role(r) for r in FEATURE_ROLES):
+        raise SpecError(f"{where}: no feature columns (roles {FEATURE_ROLES})")
+    splits = spec.stages["sample"]["splits"]
+    if abs(sum(splits.values()) - 1.0) > 1e-9 or splits["train"] <= 0:
+        raise SpecError(
+            f"{where}: stages.sample.splits {splits} must sum to 1 with train > 0"
+        )
+    known = {str(c) for c in spec.data["label"]["classes"]}
+    extra = set(spec.stages["sample"]["class_fractions"]) - known
+    if extra:
+        raise SpecError(
+            f"{where}: stages.sample.class_fractions names classes {sorted(extra)} "
+            f"not in label.classes {sorted(known)}"
+        )
+    start = spec.data.get("start_date")
+    if spec.data.get("schedule") and not start:
+        raise SpecError(f"{where}: a scheduled dataset needs start_date (YYYY-MM-DD)")
+
+
+def load_spec(path: str | os.PathLike[str]) -> DatasetSpec:
+    """Read and validate one spec file. Raises SpecError naming the file and field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read dataset spec: {err}") from err
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path}: not valid YAML: {err}") from err
+    spec = _validated(path, raw)
+    if path.stem != spec.name:
+        raise SpecError(f"{path}: file name must match name {spec.name!r} ({spec.name}.yaml)")
+    return spec
+
+
+@cache
+def _default_pipelines_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "pipelines"
+
+
+def pipelines_dir() -> Path:
+    """Where dataset specs live: $LAKEPREP_PIPELINES_DIR, else `<repo>/pipelines`."""
+    env = os.environ.get("LAKEPREP_PIPELINES_DIR")
+    return Path(env) if env else _default_pipelines_dir()
+
+
+def discover_specs(directory: Path | None = None) -> list[Path]:
+    directory = directory or pipelines_dir()
+    return sorted(directory.glob("*.yaml"))
+
+
+# --------------------------------------------------------------------------- stage params
+
+
+def lake_uri(lake_root: str, stage: str, dataset: str, ds: str) -> str:
+    """The lake layout, in one place: `<lake>/<stage>/<dataset>/dt=YYYY-MM-DD`."""
+    return f"{lake_root.rstrip('/')}/{stage}/{dataset}/dt={ds}"
+
+
+def expand(template: str, *, lake_root: str, ds: str | None = None) -> str:
+    """Fill `{lake}` and `{ds}` in a spec URI template."""
+    return template.replace("{lake}", lake_root.rstrip("/")).replace("{ds}", ds or "{ds}")
+
+
+def window_dates(ds: str, days: int) -> list[str]:
+    """The `days` logical dates ending at `ds`, oldest first."""
+    end = dt.date.fromisoformat(ds)
+    return [(end - dt.timedelta(days=n)).isoformat() for n in range(days - 1, -1, -1)]
+
+
+def _feature_columns(spec: DatasetSpec) -> dict[str, list[str]]:
+    return {role: spec.columns_with_role(role) for role in FEATURE_ROLES}
+
+
+def stage_params(spec: DatasetSpec, stage: str, *, lake_root: str, ds: str, run_id: str) -> dict:
+    """The JSON a Spark stage receives as `--params`: only what that stage needs."""
+    knobs = dict(spec.stages[stage])
+    label = spec.data["label"]
+    id_col = spec.columns_with_role("id")[0]
+    if stage == "validate":
+        return {
+            **knobs,
+            "format": spec.source["format"],
+            "options": spec.source.get("options", {}),
+            "columns": [
+                {"name": c["name"], "type": c["type"], "nullable": c.get("nullable", True)}
+                for c in spec.data["columns"]
+            ],
+            "derived": [{"name": c["name"], "expr": c["expr"]} for c in spec.data["derived"]],
+            "id_column": id_col,
+            "label_column": label["column"],
+            "label_classes": label["classes"],
+        }
+    if stage == "preprocess":
+        return {
+            **knobs,
+            "references": [
+                {
+                    "name": r["name"],
+                    "uri": expand(r["uri"], lake_root=lake_root, ds=ds),
+                    "format": r["format"],
+                    "options": r.get("options", {}),
+                    "join_keys": r["join_keys"],
+                    "columns": [{"name": c["name"], "expr": c.get("expr", c["name"])} for c in r["columns"]],
+                }
+                for r in spec.data.get("references", [])
+            ],
+            "id_column": id_col,
+            "label_column": label["column"],
+            **_feature_columns(spec),
+        }
+    if stage == "select_features":
+        return dict(knobs)
+    if stage == "sample":
+        return {**knobs, "label_classes": label["classes"]}
+    if stage == "export_shards":
+        pre = spec.stages["preprocess"]
+        return {
+            **knobs,
+            "dataset": spec.name,
+            "logical_date": ds,
+            "run_id": run_id,
+            "config_hash": config_hash(spec),
+            "world_size": spec.training["world_size"],
+            "label_classes": label["classes"],
+            "categorical_buckets": pre["categorical_buckets"],
+            "text_vocab_size": pre["text_vocab_size"],
+            "transform_uri": lake_uri(lake_root, "preprocess", spec.name, ds) + "/_transform.json",
+        }
+    raise SpecError(f"unknown stage {stage!r}; expected one of {STAGES}")
+
+
+def stage_io(spec: DatasetSpec, stage: str, *, lake_root: str, ds: str) -> tuple[list[str], str]:
+    """(input URIs, output URI) of a stage for one logical date: the lake layout's wiring."""
+    if stage not in STAGES:
+        raise SpecError(f"unknown stage {stage!r}; expected one of {STAGES}")
+    output = lake_uri(lake_root, stage, spec.name, ds)
+    if stage == "validate":
+        return [expand(spec.source["uri"], lake_root=lake_root, ds=ds)], output
+    if stage == "export_shards":
+        days = window_dates(ds, spec.stages["export_shards"]["window_days"])
+        return [lake_uri(lake_root, "sample", spec.name, d) for d in days], output
+    previous = STAGES[STAGES.index(stage) - 1]
+    return [lake_uri(lake_root, previous, spec.name, ds)], output
+
+
+def config_hash(spec: DatasetSpec) -> str:
+    """A stable fingerprint of everything that shapes the data (recorded in the manifest)."""
+    payload = json.dumps(spec.data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()

@@ -1,0 +1,194 @@
+"""What every stage shares: the argv contract, the session, atomic partition commits.
+
+Every stage is submitted the same way (the Airflow operator builds this argv):
+
+    spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/<stage>.py \
+        --input URI [--input URI ...] --output URI --params JSON
+
+A stage writes into a hidden staging folder beside its output partition and commits by
+renaming it over the partition, so a killed job never leaves a half-written partition
+where the next stage would read it (Hadoop's FileSystem.rename is atomic on HDFS and on
+a local filesystem). Each partition carries `_lakeprep_report.json`: the stage's row
+accounting and what it decided, read by the next stages, the run summary and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+REPORT_NAME = "_lakeprep_report.json"
+QUARANTINE_DIR = "_quarantine"
+
+log = logging.getLogger("lakeprep_jobs")
+
+P = TypeVar("P")
+
+
+@dataclasses.dataclass(frozen=True)
+class StageArgs:
+    inputs: list[str]
+    output: str
+    params: dict[str, Any]
+
+
+def parse_args(argv: Sequence[str] | None, description: str) -> StageArgs:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--input", action="append", required=True, dest="inputs")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--params", required=True, help="stage parameters as a JSON object")
+    ns = parser.parse_args(argv)
+    try:
+        params = json.loads(ns.params)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--params is not valid JSON: {err}") from err
+    if not isinstance(params, dict):
+        raise ValueError(f"--params must be a JSON object, got {type(params).__name__}")
+    return StageArgs(inputs=ns.inputs, output=ns.output, params=params)
+
+
+def params_from(cls: type[P], params: dict[str, Any]) -> P:
+    """Build a frozen params dataclass; an unknown or missing key fails before Spark starts."""
+    try:
+        return cls(**params)
+    except TypeError as err:
+        fields = sorted(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        raise ValueError(f"bad --params for {cls.__name__}: {err}; expected keys {fields}") from err
+
+
+def stage_main(
+    argv: Sequence[str] | None,
+    description: str,
+    params_cls: type[P],
+    run: Callable[[SparkSession, list[str], str, P], dict[str, Any]],
+) -> None:
+    """Parse argv, build the session (app name only: master and resources come from
+    spark-submit), run the stage, stop the session in `finally`."""
+    from pyspark.sql import SparkSession
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s lakeprep %(levelname)s %(message)s")
+    args = parse_args(argv, description)
+    params = params_from(params_cls, args.params)
+    spark = SparkSession.builder.appName(f"lakeprep-{params_cls.__name__}").getOrCreate()
+    try:
+        report = run(spark, args.inputs, args.output, params)
+        log.info("report: %s", json.dumps(report, sort_keys=True))
+    finally:
+        spark.stop()
+
+
+# ----------------------------------------------------------------- Hadoop FileSystem access
+
+
+def _jvm_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
+    jvm = spark.sparkContext._jvm  # py4j gateway: Hadoop's FileSystem API, any scheme
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(conf), path
+
+
+def exists(spark: SparkSession, uri: str) -> bool:
+    fs, path = _jvm_path(spark, uri)
+    return bool(fs.exists(path))
+
+
+def read_text(spark: SparkSession, uri: str) -> str:
+    fs, path = _jvm_path(spark, uri)
+    stream = fs.open(path)
+    try:
+        jvm = spark.sparkContext._jvm
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+def write_text(spark: SparkSession, uri: str, text: str) -> None:
+    fs, path = _jvm_path(spark, uri)
+    out = fs.create(path, True)
+    try:
+        out.write(bytearray(text.encode("utf-8")))
+    finally:
+        out.close()
+
+
+def list_files(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
+    """(uri, bytes) of the plain files directly under `uri`."""
+    fs, path = _jvm_path(spark, uri)
+    return sorted(
+        (str(st.getPath().toString()), int(st.getLen()))
+        for st in fs.listStatus(path)
+        if st.isFile()
+    )
+
+
+def rename(spark: SparkSession, src: str, dst: str) -> None:
+    fs, src_path = _jvm_path(spark, src)
+    _, dst_path = _jvm_path(spark, dst)
+    if not fs.rename(src_path, dst_path):
+        raise OSError(f"could not rename {src} to {dst}")
+
+
+def delete(spark: SparkSession, uri: str) -> None:
+    fs, path = _jvm_path(spark, uri)
+    fs.delete(path, True)
+
+
+def read_report(spark: SparkSession, partition: str) -> dict[str, Any]:
+    return json.loads(read_text(spark, f"{partition.rstrip('/')}/{REPORT_NAME}"))
+
+
+class PartitionCommit:
+    """Stage a partition in a hidden sibling folder, then swap it in.
+
+        with PartitionCommit(spark, output) as staging:
+            df.write.parquet(staging)          # plus anything else under staging
+            write_report(...)
+        # now `output` is the new partition; on error the staging folder is removed
+
+    The staging name starts with `.` so Spark and Hive readers of the parent ignore it.
+    """
+
+    def __init__(self, spark: SparkSession, output: str) -> None:
+        self.spark = spark
+        self.output = output.rstrip("/")
+        parent, _, leaf = self.output.rpartition("/")
+        self.staging = f"{parent}/.{leaf}.staging-{uuid.uuid4().hex[:12]}"
+
+    def __enter__(self) -> str:
+        return self.staging
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is not None:
+            delete(self.spark, self.staging)
+            return
+        if exists(self.spark, self.output):
+            # Not a single atomic step (HDFS rename does not overwrite a directory), but a
+            # reader sees either the old partition, no partition, or the new one, never a
+            # mix; `_SUCCESS` inside the staged folder marks it complete.
+            delete(self.spark, self.output)
+        rename(self.spark, self.staging, self.output)
+
+
+def write_report(spark: SparkSession, staging: str, report: dict[str, Any]) -> None:
+    write_text(spark, f"{staging}/{REPORT_NAME}", json.dumps(report, indent=2, sort_keys=True))
+
+
+def write_success(spark: SparkSession, staging: str) -> None:
+    write_text(spark, f"{staging}/_SUCCESS", "")
+
+
+def write_parquet(df: DataFrame, uri: str) -> None:
+    df.write.mode("overwrite").option("compression", "zstd").parquet(uri)
+
+
+def class_counts(df: DataFrame, label: str) -> dict[str, int]:
+    """Rows per label value, as a JSON-friendly dict (one small aggregation)."""
+    return {str(r[0]): int(r[1]) for r in df.groupBy(label).count().collect()}
