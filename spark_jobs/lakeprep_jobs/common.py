@@ -153,14 +153,16 @@ class PartitionCommit:
             write_report(...)
         # now `output` is the new partition; on error the staging folder is removed
 
-    The staging name starts with `.` so Spark and Hive readers of the parent ignore it.
     """
 
     def __init__(self, spark: SparkSession, output: str) -> None:
         self.spark = spark
         self.output = output.rstrip("/")
         parent, _, leaf = self.output.rpartition("/")
-        self.staging = f"{parent}/.{leaf}.staging-{uuid.uuid4().hex[:12]}"
+        # Under `_staging/` of the parent: readers of the parent skip `_` folders (Spark's
+        # partition discovery does), while the staged folder's own name stays readable
+        # (Spark ignores an explicit path whose last name starts with `_` or `.`).
+        self.staging = f"{parent}/_staging/{leaf}-{uuid.uuid4().hex[:12]}"
 
     def __enter__(self) -> str:
         return self.staging

@@ -118,23 +118,33 @@ def check_columns(raw_columns: Sequence[str], p: ValidateParams, where: str) -> 
     return sorted(c for c in raw_columns if c not in contract and c not in (CORRUPT, SOURCE_FILE))
 
 
+def first_reason(checks: list[tuple[Column, Column]]) -> Column:
+    """The message of the first condition that holds, else null."""
+    from pyspark.sql import functions as F
+
+    reason = F.lit(None).cast("string")
+    for cond, msg in reversed(checks):
+        reason = F.when(cond, msg).otherwise(reason)
+    return reason
+
+
 def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
     """Pure: type the contract columns, add derived columns and a `_reason` per row.
 
     `_reason` is null for a valid row, else the first problem found, naming the column.
+    Type checks look at the raw strings (a value that is present but does not parse);
+    id and label checks look at the derived columns.
     """
     from pyspark.sql import functions as F
 
     typed = {}
-    checks: list[tuple[Column, Column]] = [
-        (F.col(CORRUPT).isNotNull(), F.lit("malformed record")),
-    ]
+    raw_checks: list[tuple[Column, Column]] = [(F.col(CORRUPT).isNotNull(), F.lit("malformed record"))]
     for col in p.columns:
         name, spark_type = col["name"], SPARK_TYPES[col["type"]]
         raw_value = F.col(f"`{name}`")
         value = raw_value.try_cast(spark_type)
         typed[name] = value
-        checks.append(
+        raw_checks.append(
             (
                 raw_value.isNotNull() & (F.trim(raw_value) != "") & value.isNull(),
                 F.concat(F.lit(f"bad {col['type']} in {name}: "), F.substring(raw_value, 1, 64)),
@@ -142,28 +152,31 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
         )
     for col in p.columns:
         if not col.get("nullable", True):
-            checks.append((typed[col["name"]].isNull(), F.lit(f"null in {col['name']}")))
+            raw_checks.append((typed[col["name"]].isNull(), F.lit(f"null in {col['name']}")))
 
+    raw_fields = [F.col(f"`{c}`") for c in raw.columns if c not in (CORRUPT, SOURCE_FILE)]
     df = raw.select(
         *[typed[c["name"]].alias(c["name"]) for c in p.columns],
-        F.to_json(F.struct(*[F.col(f"`{c}`") for c in raw.columns if c not in (CORRUPT, SOURCE_FILE)])).alias("_raw"),
+        F.to_json(F.struct(*raw_fields)).alias("_raw"),
         F.col(CORRUPT),
         F.col(SOURCE_FILE),
+        first_reason(raw_checks).alias("_type_reason"),
     )
     for col in p.derived:
         df = df.withColumn(col["name"], F.expr(col["expr"]))
-    checks += [
-        (F.col(p.id_column).isNull(), F.lit(f"null id ({p.id_column})")),
-        (F.col(p.label_column).isNull(), F.lit(f"null label ({p.label_column})")),
-        (
-            ~F.col(p.label_column).isin(p.label_classes),
-            F.concat(F.lit(f"label {p.label_column} not in {p.label_classes}: "), F.col(p.label_column).cast("string")),
-        ),
-    ]
-    reason = F.lit(None).cast("string")
-    for cond, msg in reversed(checks):
-        reason = F.when(cond, msg).otherwise(reason)
-    return df.withColumn(REASON, reason)
+    label = F.col(p.label_column)
+    reason = first_reason(
+        [
+            (F.col("_type_reason").isNotNull(), F.col("_type_reason")),
+            (F.col(p.id_column).isNull(), F.lit(f"null id ({p.id_column})")),
+            (label.isNull(), F.lit(f"null label ({p.label_column})")),
+            (
+                ~label.isin(p.label_classes),
+                F.concat(F.lit(f"label {p.label_column} not in {p.label_classes}: "), label.cast("string")),
+            ),
+        ]
+    )
+    return df.withColumn(REASON, reason).drop("_type_reason")
 
 
 def reason_kind(reason: Column) -> Column:

@@ -1,0 +1,140 @@
+"""The run summary: what happened to the data of one or more days, read from the lake.
+
+    python -m lakeprep_airflow.summary --lake file://$PWD/.lake --dataset flights \
+        --from 2013-01-01 --to 2013-01-03
+
+Reads each stage's `_lakeprep_report.json`, the export's `manifest.json` and the trainer's
+`metrics.json`; prints rows through each stage (with the quarantine), class balance
+before and after sampling, the shards written, the trainer's metric against the
+majority-class baseline, and where the manifest and model are. Also writes the same
+summary as `summary.json` and `summary.md` under `<lake>/reports/<dataset>/dt=<date>/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from lakeprep_airflow import lake_fs
+from lakeprep_airflow.spec import STAGES, lake_uri
+
+REPORT_NAME = "_lakeprep_report.json"
+
+
+def _read_json(fs: lake_fs.LakeFS, path: str) -> dict[str, Any] | None:
+    return json.loads(fs.read_bytes(path)) if fs.exists(path) else None
+
+
+def collect(lake_root: str, dataset: str, ds: str, *, webhdfs_conn_id: str = "webhdfs_default") -> dict[str, Any]:
+    """Everything the summary shows for one day, as plain data."""
+    fs, _ = lake_fs.resolve(lake_root, webhdfs_conn_id=webhdfs_conn_id)
+
+    def path_of(stage: str, name: str) -> str:
+        return lake_fs.join(lake_fs.resolve(lake_uri(lake_root, stage, dataset, ds))[1], name)
+
+    reports = {s: _read_json(fs, path_of(s, REPORT_NAME)) for s in STAGES}
+    manifest = _read_json(fs, path_of("export_shards", "manifest.json"))
+    metrics = _read_json(fs, path_of("models", "metrics.json"))
+    telemetry = _read_json(fs, path_of("models", "telemetry.json"))
+    return {
+        "dataset": dataset,
+        "logical_date": ds,
+        "stages": {
+            s: {k: r.get(k) for k in ("rows_in", "rows_out", "rows_quarantined")} if r else None
+            for s, r in reports.items()
+        },
+        "quarantine_reasons": (reports["validate"] or {}).get("quarantine_reasons", {}),
+        "class_counts_before_sampling": (reports["sample"] or {}).get("class_counts_before"),
+        "class_counts_after_sampling": (reports["sample"] or {}).get("class_counts_after"),
+        "features_dropped": (reports["select_features"] or {}).get("dropped"),
+        "shards": {
+            split: {"shards": len(v["shards"]), "rows": v["rows"], "plan": v["plan"]}
+            for split, v in (manifest or {}).get("splits", {}).items()
+        },
+        "source_partitions": len((manifest or {}).get("source_partitions", [])),
+        "training": _training_view(metrics, telemetry),
+        "manifest": lake_uri(lake_root, "export_shards", dataset, ds) + "/manifest.json" if manifest else None,
+        "model": lake_uri(lake_root, "models", dataset, ds) + "/model.pt" if metrics else None,
+        "report": lake_uri(lake_root, "reports", dataset, ds) + "/summary.md",
+    }
+
+
+def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not metrics:
+        return None
+    val = metrics.get("validation") or {}
+    base = metrics.get("baseline") or val.get("baseline") or {}
+    return {
+        "validation_accuracy": val.get("accuracy"),
+        "validation_auc": val.get("auc"),
+        "baseline_accuracy": base.get("accuracy"),
+        "baseline_class": base.get("majority_class"),
+        "bottleneck": (telemetry or {}).get("classification"),
+    }
+
+
+def render(day: dict[str, Any]) -> str:
+    """The summary as Markdown (also what the demo prints)."""
+    lines = [f"## lakeprep {day['dataset']} {day['logical_date']}", "", "| stage | rows in | rows out | quarantined |", "|---|---:|---:|---:|"]
+    for stage, r in day["stages"].items():
+        if r is None:
+            lines.append(f"| {stage} | - | - | - |")
+        else:
+            lines.append(f"| {stage} | {r['rows_in']} | {r['rows_out']} | {r['rows_quarantined']} |")
+    lines.append("")
+    if day["quarantine_reasons"]:
+        lines.append("quarantine reasons: " + ", ".join(f"{k}: {v}" for k, v in day["quarantine_reasons"].items()))
+    if day["class_counts_before_sampling"]:
+        lines.append(
+            f"class balance: before sampling {day['class_counts_before_sampling']}, "
+            f"after {day['class_counts_after_sampling']}"
+        )
+    if day["features_dropped"]:
+        lines.append(f"features dropped: {day['features_dropped']}")
+    if day["shards"]:
+        parts = [f"{s}: {v['shards']} shard(s), {v['rows']} rows ({v['plan']['rows_per_rank']}/rank x "
+                 f"{v['plan']['world_size']} rank(s), {v['plan']['steps_per_rank']} steps/rank)"
+                 for s, v in day["shards"].items()]
+        lines.append(f"shards over {day['source_partitions']} day(s): " + "; ".join(parts))
+    t = day["training"]
+    if t:
+        lines.append(
+            f"trainer: validation accuracy {_fmt(t['validation_accuracy'])}, AUC {_fmt(t['validation_auc'])} "
+            f"vs majority-class baseline {_fmt(t['baseline_accuracy'])} (class {t['baseline_class']})"
+            + (f"; bottleneck: {t['bottleneck']}" if t["bottleneck"] else "")
+        )
+    lines += [f"manifest: {day['manifest']}", f"model: {day['model']}", f"report: {day['report']}", ""]
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def write(lake_root: str, day: dict[str, Any], *, webhdfs_conn_id: str = "webhdfs_default") -> None:
+    fs, path = lake_fs.resolve(lake_uri(lake_root, "reports", day["dataset"], day["logical_date"]), webhdfs_conn_id=webhdfs_conn_id)
+    fs.makedirs(path)
+    fs.write_bytes(lake_fs.join(path, "summary.json"), json.dumps(day, indent=2, sort_keys=True).encode())
+    fs.write_bytes(lake_fs.join(path, "summary.md"), render(day).encode())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lake", required=True)
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--from", dest="first", type=dt.date.fromisoformat, required=True)
+    parser.add_argument("--to", dest="last", type=dt.date.fromisoformat, required=True)
+    args = parser.parse_args(argv)
+    day = args.first
+    while day <= args.last:
+        summary = collect(args.lake, args.dataset, day.isoformat())
+        write(args.lake, summary)
+        print(render(summary))
+        day += dt.timedelta(days=1)
+
+
+if __name__ == "__main__":
+    main()

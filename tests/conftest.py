@@ -1,0 +1,82 @@
+"""Shared fixtures: one Spark session, one Airflow home and database, one demo lake per run.
+
+Airflow reads its configuration when first imported, so the environment is set here,
+at collection time, before any test module imports `airflow`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+_AIRFLOW_HOME = Path(tempfile.mkdtemp(prefix="lakeprep-airflow-home-"))
+AIRFLOW_ENV = {
+    "AIRFLOW_HOME": str(_AIRFLOW_HOME),
+    "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+    "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+    "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
+    "PYSPARK_PYTHON": sys.executable,
+    "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("plugins", "spark_jobs", "training")),
+    "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    "LAKEPREP_CACHE_DIR": str(_AIRFLOW_HOME / "cache"),
+}
+os.environ.update(AIRFLOW_ENV)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session for the run: 2 threads, few shuffle partitions, no UI, UTC."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("lakeprep-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """A migrated SQLite metadata database in this run's AIRFLOW_HOME."""
+    subprocess.run(
+        [str(VENV_BIN / "airflow"), "db", "migrate"],
+        check=True,
+        env={**os.environ, **AIRFLOW_ENV},
+        capture_output=True,
+        timeout=300,
+    )
+    return _AIRFLOW_HOME
+
+
+@pytest.fixture(scope="session")
+def demo_lake(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A file:// lake with the real flights of 2013-01-01..02 and the reference tables."""
+    import datetime as dt
+
+    from lakeprep_airflow.demo_data import land
+
+    root = tmp_path_factory.mktemp("lake")
+    uri = f"file://{root}"
+    land(uri, dt.date(2013, 1, 1), dt.date(2013, 1, 2))
+    return uri

@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+TRAINING = Path(__file__).resolve().parents[2] / "training"
+
+
+def run_module(args: list[str], *, env: dict[str, str] | None = None, timeout: int = 120):
+    environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    environ.update(PYTHONPATH=str(TRAINING), OMP_NUM_THREADS="1", **(env or {}))
+    return subprocess.run(
+        [sys.executable, *args], env=environ, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_single_process_run_beats_the_baseline(export_one_rank, tmp_path):
+    out = tmp_path / "run"
+    result = run_module(
+        [
+            "-m",
+            "lakeprep_train",
+            "--manifest",
+            str(export_one_rank),
+            "--output",
+            str(out),
+            "--epochs",
+            "3",
+            "--lr",
+            "1e-2",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("INFO [rank 0/1] lakeprep_train: epoch ") == 3
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["epochs"] == 3 and len(metrics["train_loss"]) == 3
+    assert metrics["world_size"] == 1 and metrics["device"] == "cpu"
+    validation = metrics["validation"]
+    assert validation["rows"] == 500
+    assert validation["accuracy"] > metrics["baseline"]["accuracy"] + 0.1
+    assert validation["auc"] > 0.9
+    assert (
+        metrics["test"]["rows"] == 500
+        and metrics["test"]["accuracy"] > metrics["test"]["baseline"]["accuracy"]
+    )
+    assert metrics["samples_per_second"] > 0
+
+    telemetry = json.loads((out / "telemetry.json").read_text())
+    assert telemetry["classification"] in (
+        "input-bound",
+        "communication-bound",
+        "memory-bound",
+        "compute-bound",
+    )
+    assert telemetry["reason"] and telemetry["recommendation"]
+    assert telemetry["steps_per_rank"] == [3 * 63]
+    assert telemetry["ranks"][0]["peak_memory_bytes"] > 0
+
+    checkpoint = torch.load(out / "model.pt", weights_only=True)
+    assert [f["name"] for f in checkpoint["features"]] == ["num__x", "cat__c", "txt__t"]
+    assert "mlp.0.weight" in checkpoint["state_dict"]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "world_size", "planned"),
+    [("export_one_rank", "2", 1), ("export_two_ranks", "1", 2)],
+)
+def test_preflight_refuses_a_world_size_mismatch(request, tmp_path, fixture, world_size, planned):
+    manifest = request.getfixturevalue(fixture)
+    started = time.monotonic()
+    result = run_module(
+        ["-m", "lakeprep_train.train", "--manifest", str(manifest), "--output", str(tmp_path / "run")],
+        env={"WORLD_SIZE": world_size, "RANK": "0", "LOCAL_RANK": "0"},
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert (
+        f"splits.train.plan.world_size is {planned}, but this run has WORLD_SIZE={world_size}"
+        in result.stderr
+    )
+    assert str(manifest) in result.stderr
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.integration
+def test_two_rank_torchrun_on_cpu_takes_equal_steps(export_two_ranks, tmp_path):
+    out = tmp_path / "run"
+    result = run_module(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "lakeprep_train.train",
+            "--manifest",
+            str(export_two_ranks),
+            "--output",
+            str(out),
+            "--epochs",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    for rank in (0, 1):
+        assert f"[rank {rank}/2] lakeprep_train: finished 2 epochs: 10 steps on this rank" in result.stderr
+    telemetry = json.loads((out / "telemetry.json").read_text())
+    assert telemetry["steps_per_rank"] == [10, 10]
+    assert telemetry["world_size"] == 2
+    assert [r["rows"] for r in telemetry["ranks"]] == [300, 300]
+    assert telemetry["totals_s"]["comm"] > 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["validation"]["rows"] == 120

@@ -1,0 +1,397 @@
+"""Stream one rank's planned rows of one split from Parquet shards into batched tensors.
+
+Every rank yields exactly ``plan.steps_per_rank`` batches per epoch (only the last may
+be short), because DDP's gradient all-reduce is a collective: a rank with one step
+fewer leaves the others waiting forever, the most common hang in distributed
+training. The exporter plans for it (docs/MANIFEST.md); this reader holds each rank
+to that plan and fails loudly, naming the shard, rather than yielding a different
+number of steps.
+
+Shards are read row group by row group with pyarrow, converted to numpy in bulk (no
+per-row Python), and a background thread keeps the next batches ready in a bounded
+queue so the training loop does not wait on I/O.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import torch
+from torch.utils.data import IterableDataset
+
+from lakeprep_train import storage
+
+if TYPE_CHECKING:
+    from lakeprep_train.manifest import Manifest, Shard, Split
+
+_Block = dict[str, np.ndarray]  # one chunk of rows: tensor name -> numpy array
+
+
+@dataclass
+class Batch:
+    """One step's rows, as the model takes them."""
+
+    numeric: torch.Tensor  # float32 [B, n_numeric]
+    categorical: torch.Tensor  # int64 [B, n_categorical]
+    text: torch.Tensor  # int64 [B, n_text, L], 0 = padding
+    label: torch.Tensor  # int64 [B], index into manifest label.classes
+    ids: np.ndarray | None = None  # object [B] of row ids, when asked for
+
+    def __len__(self) -> int:
+        return int(self.label.shape[0])
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
+        return Batch(
+            numeric=self.numeric.to(device, non_blocking=non_blocking),
+            categorical=self.categorical.to(device, non_blocking=non_blocking),
+            text=self.text.to(device, non_blocking=non_blocking),
+            label=self.label.to(device, non_blocking=non_blocking),
+            ids=self.ids,
+        )
+
+    def pin_memory(self) -> Batch:
+        """Page-locked copies, so ``to(cuda, non_blocking=True)`` overlaps with compute."""
+        pinned = {f.name: getattr(self, f.name).pin_memory() for f in fields(self) if f.name != "ids"}
+        return Batch(**pinned, ids=self.ids)
+
+
+class FeatureLayout:
+    """Which shard columns go into which tensor, in the manifest's feature order."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.location = manifest.location
+        self.numeric = manifest.features_with_role("numeric")
+        self.categorical = manifest.features_with_role("categorical")
+        self.text = manifest.features_with_role("text")
+        self.label = manifest.label.name
+        self.classes = np.asarray(manifest.label.classes, dtype=np.int64)
+        # Text features of different lengths share one tensor: shorter ones are padded
+        # with id 0, which the model's EmbeddingBag(padding_idx=0) ignores.
+        self.text_length = max((f.length for f in self.text), default=0)
+
+    def columns(self, with_ids: bool) -> list[str]:
+        names = [f.name for f in (*self.numeric, *self.categorical, *self.text)]
+        return [*(["id"] if with_ids else []), self.label, *names]
+
+    def to_block(self, table: pa.Table, where: str) -> _Block:
+        """Convert a row group to numpy, checking what the contract promises."""
+        n = table.num_rows
+        for name in table.column_names:
+            if table.column(name).null_count:
+                raise ValueError(f"{where}: column {name!r} has nulls; the manifest contract has none")
+        numeric = np.empty((n, len(self.numeric)), dtype=np.float32)
+        for j, f in enumerate(self.numeric):
+            numeric[:, j] = table.column(f.name).to_numpy()
+        if not np.isfinite(numeric).all():
+            bad = [f.name for j, f in enumerate(self.numeric) if not np.isfinite(numeric[:, j]).all()]
+            raise ValueError(f"{where}: numeric column(s) {bad} hold NaN or infinity")
+        categorical = np.empty((n, len(self.categorical)), dtype=np.int64)
+        for j, f in enumerate(self.categorical):
+            categorical[:, j] = table.column(f.name).to_numpy()
+            _check_ids(categorical[:, j], f.cardinality, f"{where}: categorical {f.name!r}", "cardinality")
+        text = np.zeros((n, len(self.text), self.text_length), dtype=np.int64)
+        for j, f in enumerate(self.text):
+            text[:, j, : f.length] = _token_matrix(
+                table.column(f.name), n, f.length, f"{where}: text {f.name!r}"
+            )
+            _check_ids(text[:, j, : f.length], f.vocab_size, f"{where}: text {f.name!r}", "vocab_size")
+        block: _Block = {
+            "numeric": numeric,
+            "categorical": categorical,
+            "text": text,
+            "label": self._class_index(table.column(self.label).to_numpy(), where),
+        }
+        if "id" in table.column_names:
+            block["ids"] = table.column("id").to_numpy(zero_copy_only=False)
+        return block
+
+    def _class_index(self, values: np.ndarray, where: str) -> np.ndarray:
+        values = values.astype(np.int64, copy=False)
+        order = np.argsort(self.classes)
+        sorted_classes = self.classes[order]
+        pos = np.clip(np.searchsorted(sorted_classes, values), 0, len(sorted_classes) - 1)
+        unknown = sorted_classes[pos] != values
+        if unknown.any():
+            raise ValueError(
+                f"{where}: label value {int(values[unknown][0])} is not in label.classes "
+                f"{self.classes.tolist()}"
+            )
+        return order[pos]
+
+
+def _check_ids(ids: np.ndarray, limit: int | None, where: str, field: str) -> None:
+    # An out-of-range id is an obscure device-side assert inside nn.Embedding on CUDA.
+    if ids.size and (ids.min() < 0 or ids.max() >= limit):
+        bad = int(ids.max() if ids.max() >= limit else ids.min())
+        raise ValueError(f"{where}: id {bad} is outside [0, {field}={limit})")
+
+
+def _token_matrix(column: pa.ChunkedArray, n: int, length: int, where: str) -> np.ndarray:
+    array = column.combine_chunks()
+    if not (
+        pa.types.is_list(array.type)
+        or pa.types.is_large_list(array.type)
+        or pa.types.is_fixed_size_list(array.type)
+    ):
+        raise ValueError(f"{where}: expected a list<int32> column, got {array.type}")
+    if n and not pa.types.is_fixed_size_list(array.type):
+        lengths = pc.list_value_length(array)
+        bounds = pc.min_max(lengths)
+        if bounds["min"].as_py() != length or bounds["max"].as_py() != length:
+            raise ValueError(
+                f"{where}: rows hold {bounds['min'].as_py()}..{bounds['max'].as_py()} ids, "
+                f"the manifest's shape says exactly {length}"
+            )
+    values = array.flatten().to_numpy()
+    if values.size != n * length:
+        raise ValueError(f"{where}: expected {n} x {length} ids, got {values.size}")
+    return values.reshape(n, length)
+
+
+def _concat(blocks: list[_Block]) -> _Block:
+    if len(blocks) == 1:
+        return blocks[0]
+    return {key: np.concatenate([b[key] for b in blocks]) for key in blocks[0]}
+
+
+def _rows(block: _Block, index: slice | np.ndarray) -> _Block:
+    return {key: value[index] for key, value in block.items()}
+
+
+def _to_batch(block: _Block) -> Batch:
+    return Batch(
+        numeric=torch.from_numpy(block["numeric"]),
+        categorical=torch.from_numpy(block["categorical"]),
+        text=torch.from_numpy(block["text"]),
+        label=torch.from_numpy(block["label"]),
+        ids=block.get("ids"),
+    )
+
+
+def read_blocks(
+    shards: Iterable[Shard],
+    layout: FeatureLayout,
+    *,
+    with_ids: bool = False,
+    rng: np.random.Generator | None = None,
+    where: str = "",
+) -> Iterator[_Block]:
+    """Row groups of ``shards`` in order, as numpy blocks; ``rng`` shuffles within a shard."""
+    columns = layout.columns(with_ids)
+    for shard in shards:
+        at = f"{where} shard {shard.path}".strip()
+        try:
+            with storage.open_input(shard.location) as f:
+                parquet = pq.ParquetFile(f)
+                groups = np.arange(parquet.num_row_groups)
+                if rng is not None:
+                    groups = rng.permutation(groups)
+                for group in groups:
+                    block = layout.to_block(parquet.read_row_group(int(group), columns=columns), at)
+                    if rng is not None:
+                        block = _rows(block, rng.permutation(len(block["label"])))
+                    yield block
+        except (OSError, pa.ArrowException) as err:
+            raise ValueError(f"{at}: cannot read {shard.location}: {err}") from err
+
+
+def batch_blocks(blocks: Iterable[_Block], batch_size: int) -> Iterator[Batch]:
+    """Re-cut blocks of any size into ``batch_size`` batches; the last may be short."""
+    pending: list[_Block] = []
+    pending_rows = 0
+    for block in blocks:
+        pending.append(block)
+        pending_rows += len(block["label"])
+        if pending_rows < batch_size:
+            continue
+        merged = _concat(pending)
+        start = 0
+        while pending_rows - start >= batch_size:
+            yield _to_batch(_rows(merged, slice(start, start + batch_size)))
+            start += batch_size
+        pending = [_rows(merged, slice(start, pending_rows))] if start < pending_rows else []
+        pending_rows -= start
+    if pending_rows:
+        yield _to_batch(_concat(pending))
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_END = object()
+
+
+def prefetch(batches: Iterator[Batch], depth: int, *, pin_memory: bool = False) -> Iterator[Batch]:
+    """Produce ``batches`` in a background thread, at most ``depth`` ahead of the consumer.
+
+    pyarrow's reads and numpy's copies release the GIL, so the thread overlaps I/O and
+    decoding with the training step. An error in the thread is raised in the consumer.
+    """
+    if depth <= 0:
+        yield from batches
+        return
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def offer(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                if not offer(batch.pin_memory() if pin_memory else batch):
+                    return
+            offer(_END)
+        except BaseException as err:  # handed to the consumer, which re-raises it
+            offer(_Failure(err))
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="lakeprep-prefetch", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+class RankBatches(IterableDataset):
+    """The batches of one rank of one split, exactly ``plan.steps_per_rank`` per epoch.
+
+    Reads only the shards whose ``rank`` is this rank. With ``shuffle``, the order of
+    the shards, of the row groups in a shard and of the rows in a row group is a
+    permutation drawn from ``(seed, epoch, rank)``: reproducible, different per epoch,
+    and never moving a row to another rank. Call :meth:`set_epoch` before each epoch.
+    Batches are already collated: use directly, or ``DataLoader(ds, batch_size=None)``
+    with the default ``num_workers=0`` (each worker would read the whole rank again;
+    the background thread does the prefetching).
+    """
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        split: str,
+        rank: int,
+        *,
+        seed: int = 0,
+        shuffle: bool = False,
+        prefetch: int = 2,
+        pin_memory: bool = False,
+        with_ids: bool = False,
+    ) -> None:
+        super().__init__()
+        self.manifest = manifest
+        self.split: Split = manifest.split(split)
+        self.plan = self.split.plan
+        if not 0 <= rank < self.plan.world_size:
+            raise ValueError(
+                f"{manifest.location}: rank {rank} is outside splits.{split}.plan.world_size "
+                f"{self.plan.world_size}"
+            )
+        self.rank = rank
+        self.shards = self.split.shards_for_rank(rank)
+        self.layout = FeatureLayout(manifest)
+        self.seed = seed
+        self.shuffle = shuffle
+        self.prefetch_depth = prefetch
+        self.pin_memory = pin_memory
+        self.with_ids = with_ids
+        self.epoch = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.manifest.location}: splits.{self.split.name} rank {self.rank}"
+
+    def __len__(self) -> int:
+        return self.plan.steps_per_rank
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def check_shards(self) -> None:
+        """Compare this rank's Parquet footers with the plan, before any collective starts."""
+        held = 0
+        for shard in self.shards:
+            try:
+                with storage.open_input(shard.location) as f:
+                    rows = pq.ParquetFile(f).metadata.num_rows
+            except (OSError, pa.ArrowException) as err:
+                raise ValueError(f"{self.where}: cannot read shard {shard.path}: {err}") from err
+            if rows != shard.rows:
+                raise ValueError(
+                    f"{self.where}: shard {shard.path} has {rows} rows, the manifest's rows says {shard.rows}"
+                )
+            held += rows
+        if held != self.plan.rows_per_rank:
+            raise ValueError(
+                f"{self.where}: shards hold {held} rows, plan.rows_per_rank is {self.plan.rows_per_rank}"
+            )
+
+    def __iter__(self) -> Iterator[Batch]:
+        rng = np.random.default_rng([self.seed, self.epoch, self.rank]) if self.shuffle else None
+        shards = list(self.shards)
+        if rng is not None:
+            shards = [shards[i] for i in rng.permutation(len(shards))]
+        blocks = read_blocks(shards, self.layout, with_ids=self.with_ids, rng=rng, where=self.where)
+        planned = self._hold_to_plan(batch_blocks(blocks, self.plan.batch_size))
+        return prefetch(planned, self.prefetch_depth, pin_memory=self.pin_memory)
+
+    def _hold_to_plan(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+        rows = steps = 0
+        for batch in batches:
+            rows += len(batch)
+            steps += 1
+            if rows > self.plan.rows_per_rank:
+                raise ValueError(
+                    f"{self.where}: shards hold more than plan.rows_per_rank {self.plan.rows_per_rank} rows"
+                )
+            yield batch
+        if rows != self.plan.rows_per_rank or steps != self.plan.steps_per_rank:
+            raise ValueError(
+                f"{self.where}: read {rows} rows in {steps} steps, plan says "
+                f"rows_per_rank {self.plan.rows_per_rank} in steps_per_rank {self.plan.steps_per_rank}"
+            )
+
+
+def split_batches(
+    manifest: Manifest,
+    split: str,
+    *,
+    batch_size: int | None = None,
+    with_ids: bool = False,
+    prefetch_depth: int = 2,
+) -> Iterator[Batch]:
+    """Every shard of a split, all ranks' in manifest order: for evaluation on one process."""
+    chosen = manifest.split(split)
+    blocks = read_blocks(
+        chosen.shards,
+        FeatureLayout(manifest),
+        with_ids=with_ids,
+        where=f"{manifest.location}: splits.{split}",
+    )
+    return prefetch(batch_blocks(blocks, batch_size or chosen.plan.batch_size), prefetch_depth)

@@ -1,0 +1,71 @@
+"""Evaluate a model on every row of one split: loss, accuracy, AUC and the baseline."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from lakeprep_train.dataset import split_batches
+from lakeprep_train.metrics import macro_auc, majority_baseline, roc_auc
+
+if TYPE_CHECKING:
+    from lakeprep_train.manifest import Manifest
+
+
+def evaluate_split(
+    model: torch.nn.Module, manifest: Manifest, split: str, device: torch.device
+) -> dict[str, Any]:
+    """Metrics over all shards of ``split``, read by this one process.
+
+    ``loss`` is the unweighted mean cross-entropy, comparable across runs whatever the
+    class weights. A split exported with ``remainder: "pad"`` repeats rows to even out
+    the ranks; each row id is counted once here, so ``rows`` is the distinct rows.
+    """
+    padded = manifest.split(split).plan.remainder == "pad"
+    seen: set[str] = set()
+    logits_parts: list[torch.Tensor] = []
+    label_parts: list[np.ndarray] = []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for batch in split_batches(manifest, split, with_ids=padded):
+                if padded:
+                    keep = np.zeros(len(batch), dtype=bool)
+                    for i, row_id in enumerate(batch.ids):
+                        if row_id not in seen:
+                            seen.add(row_id)
+                            keep[i] = True
+                    index = torch.from_numpy(np.flatnonzero(keep))
+                    batch.numeric, batch.categorical = batch.numeric[index], batch.categorical[index]
+                    batch.text, batch.label = batch.text[index], batch.label[index]
+                    if not len(batch):
+                        continue
+                batch = batch.to(device, non_blocking=True)
+                logits_parts.append(model(batch.numeric, batch.categorical, batch.text).float().cpu())
+                label_parts.append(batch.label.cpu().numpy())
+    finally:
+        model.train(was_training)
+    if not logits_parts:
+        raise ValueError(f"{manifest.location}: splits.{split} has no rows to evaluate")
+    logits = torch.cat(logits_parts)
+    labels = np.concatenate(label_parts)
+    target = torch.from_numpy(labels)
+    if logits.dim() == 1:
+        loss = F.binary_cross_entropy_with_logits(logits, target.float())
+        predicted = (logits > 0).long().numpy()
+        auc = roc_auc(logits.numpy(), labels == 1)
+    else:
+        loss = F.cross_entropy(logits, target)
+        predicted = logits.argmax(dim=1).numpy()
+        auc = macro_auc(torch.softmax(logits, dim=1).numpy(), labels)
+    return {
+        "loss": float(loss),
+        "accuracy": float((predicted == labels).mean()),
+        "auc": auc,
+        "rows": int(len(labels)),
+        "baseline": majority_baseline(labels, manifest.label.classes),
+    }
