@@ -39,7 +39,7 @@ def trigger_params(spec: DatasetSpec) -> dict[str, Param]:
             exclusiveMinimum=0,
             maximum=1,
             title="Sample fraction",
-            description="Share of each class kept (classes listed in the spec's class_fractions keep theirs).",
+            description="Share of each class kept; classes in the spec's class_fractions keep theirs.",
             section="Sampling",
         ),
         "seed": Param(

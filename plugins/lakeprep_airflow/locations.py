@@ -13,9 +13,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 LAKE_ROOT_VARIABLE = "lakeprep_lake_root"
 # Rendered by Airflow in the task: the Variable (or AIRFLOW_VAR_LAKEPREP_LAKE_ROOT).
-LAKE_ROOT_TEMPLATE = "{{ var.value.get('%s', '') }}" % LAKE_ROOT_VARIABLE
+LAKE_ROOT_TEMPLATE = "{{ var.value.get('" + LAKE_ROOT_VARIABLE + "', '') }}"
 # The run's date: the logical date, or the run's time when a manual run has none.
-RUN_DS_TEMPLATE = "{{ (logical_date if logical_date is defined and logical_date else dag_run.run_after) | ds }}"
+RUN_DS_TEMPLATE = (
+    "{{ (logical_date if logical_date is defined and logical_date else dag_run.run_after) | ds }}"
+)
 
 
 def spark_jobs_dir() -> Path:

@@ -27,7 +27,9 @@ class PartitionStatus:
         if not self.exists:
             return f"{self.uri}: partition directory does not exist"
         marker = "present" if self.has_marker else "missing"
-        return f"{self.uri}: {SUCCESS_MARKER} {marker}, {self.data_files} data file(s), {self.data_bytes} bytes"
+        return (
+            f"{self.uri}: {SUCCESS_MARKER} {marker}, {self.data_files} data file(s), {self.data_bytes} bytes"
+        )
 
 
 class LakeUnreachableError(ConnectionError):

@@ -355,16 +355,12 @@ def _check_semantics(spec: DatasetSpec) -> None:
     for ref in spec.data.get("references", []):
         missing = [k for k in ref["join_keys"] if k not in raw_names]
         if missing:
-            raise SpecError(
-                f"{where}: references.{ref['name']}.join_keys names {missing}, not raw columns"
-            )
+            raise SpecError(f"{where}: references.{ref['name']}.join_keys names {missing}, not raw columns")
     if not any(spec.columns_with_role(r) for r in FEATURE_ROLES):
         raise SpecError(f"{where}: no feature columns (roles {FEATURE_ROLES})")
     splits = spec.stages["sample"]["splits"]
     if abs(sum(splits.values()) - 1.0) > 1e-9 or splits["train"] <= 0:
-        raise SpecError(
-            f"{where}: stages.sample.splits {splits} must sum to 1 with train > 0"
-        )
+        raise SpecError(f"{where}: stages.sample.splits {splits} must sum to 1 with train > 0")
     known = {str(c) for c in spec.data["label"]["classes"]}
     extra = set(spec.stages["sample"]["class_fractions"]) - known
     if extra:

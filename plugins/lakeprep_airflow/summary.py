@@ -28,7 +28,9 @@ def _read_json(fs: lake_fs.LakeFS, path: str) -> dict[str, Any] | None:
     return json.loads(fs.read_bytes(path)) if fs.exists(path) else None
 
 
-def collect(lake_root: str, dataset: str, ds: str, *, webhdfs_conn_id: str = "webhdfs_default") -> dict[str, Any]:
+def collect(
+    lake_root: str, dataset: str, ds: str, *, webhdfs_conn_id: str = "webhdfs_default"
+) -> dict[str, Any]:
     """Everything the summary shows for one day, as plain data."""
     fs, _ = lake_fs.resolve(lake_root, webhdfs_conn_id=webhdfs_conn_id)
 
@@ -56,7 +58,9 @@ def collect(lake_root: str, dataset: str, ds: str, *, webhdfs_conn_id: str = "we
         },
         "source_partitions": len((manifest or {}).get("source_partitions", [])),
         "training": _training_view(metrics, telemetry),
-        "manifest": lake_uri(lake_root, "export_shards", dataset, ds) + "/manifest.json" if manifest else None,
+        "manifest": lake_uri(lake_root, "export_shards", dataset, ds) + "/manifest.json"
+        if manifest
+        else None,
         "model": lake_uri(lake_root, "models", dataset, ds) + "/model.pt" if metrics else None,
         "report": lake_uri(lake_root, "reports", dataset, ds) + "/summary.md",
     }
@@ -78,7 +82,12 @@ def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | N
 
 def render(day: dict[str, Any]) -> str:
     """The summary as Markdown (also what the demo prints)."""
-    lines = [f"## lakeprep {day['dataset']} {day['logical_date']}", "", "| stage | rows in | rows out | quarantined |", "|---|---:|---:|---:|"]
+    lines = [
+        f"## lakeprep {day['dataset']} {day['logical_date']}",
+        "",
+        "| stage | rows in | rows out | quarantined |",
+        "|---|---:|---:|---:|",
+    ]
     for stage, r in day["stages"].items():
         if r is None:
             lines.append(f"| {stage} | - | - | - |")
@@ -86,7 +95,9 @@ def render(day: dict[str, Any]) -> str:
             lines.append(f"| {stage} | {r['rows_in']} | {r['rows_out']} | {r['rows_quarantined']} |")
     lines.append("")
     if day["quarantine_reasons"]:
-        lines.append("quarantine reasons: " + ", ".join(f"{k}: {v}" for k, v in day["quarantine_reasons"].items()))
+        lines.append(
+            "quarantine reasons: " + ", ".join(f"{k}: {v}" for k, v in day["quarantine_reasons"].items())
+        )
     if day["class_counts_before_sampling"]:
         lines.append(
             f"class balance: before sampling {day['class_counts_before_sampling']}, "
@@ -95,9 +106,11 @@ def render(day: dict[str, Any]) -> str:
     if day["features_dropped"]:
         lines.append(f"features dropped: {day['features_dropped']}")
     if day["shards"]:
-        parts = [f"{s}: {v['shards']} shard(s), {v['rows']} rows ({v['plan']['rows_per_rank']}/rank x "
-                 f"{v['plan']['world_size']} rank(s), {v['plan']['steps_per_rank']} steps/rank)"
-                 for s, v in day["shards"].items()]
+        parts = [
+            f"{s}: {v['shards']} shard(s), {v['rows']} rows ({v['plan']['rows_per_rank']}/rank x "
+            f"{v['plan']['world_size']} rank(s), {v['plan']['steps_per_rank']} steps/rank)"
+            for s, v in day["shards"].items()
+        ]
         lines.append(f"shards over {day['source_partitions']} day(s): " + "; ".join(parts))
     t = day["training"]
     if t:
@@ -115,7 +128,9 @@ def _fmt(x: float | None) -> str:
 
 
 def write(lake_root: str, day: dict[str, Any], *, webhdfs_conn_id: str = "webhdfs_default") -> None:
-    fs, path = lake_fs.resolve(lake_uri(lake_root, "reports", day["dataset"], day["logical_date"]), webhdfs_conn_id=webhdfs_conn_id)
+    fs, path = lake_fs.resolve(
+        lake_uri(lake_root, "reports", day["dataset"], day["logical_date"]), webhdfs_conn_id=webhdfs_conn_id
+    )
     fs.makedirs(path)
     fs.write_bytes(lake_fs.join(path, "summary.json"), json.dumps(day, indent=2, sort_keys=True).encode())
     fs.write_bytes(lake_fs.join(path, "summary.md"), render(day).encode())

@@ -61,7 +61,9 @@ def test_bad_rows_are_quarantined_with_the_column_named_and_accounting_balances(
     good = spark.read.parquet(out)
     assertDataFrameEqual(
         good.select("id", "amount", "label"),
-        spark.createDataFrame([("a", 1.0, 0), ("b", 2.5, 1), ("f", -1.0, 0)], "id string, amount double, label int"),
+        spark.createDataFrame(
+            [("a", 1.0, 0), ("b", 2.5, 1), ("f", -1.0, 0)], "id string, amount double, label int"
+        ),
     )
     quarantine = spark.read.parquet(f"{out}/_quarantine")
     reasons = {r["_reason"] for r in quarantine.collect()}
@@ -121,7 +123,9 @@ def test_run_twice_gives_the_same_partition(spark, tmp_path):
     validate.run(spark, [src], out, params())
     first = spark.read.parquet(out).collect()
     validate.run(spark, [src], out, params())
-    assertDataFrameEqual(spark.read.parquet(out), spark.createDataFrame(first, spark.read.parquet(out).schema))
+    assertDataFrameEqual(
+        spark.read.parquet(out), spark.createDataFrame(first, spark.read.parquet(out).schema)
+    )
     assert not list((tmp_path / "_staging").iterdir())
 
 

@@ -25,7 +25,8 @@ from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperator
 
-from lakeprep_airflow import lake_fs, spec as spec_mod
+from lakeprep_airflow import lake_fs
+from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root, training_dir
 from lakeprep_airflow.operators.spark_stage import parse_overrides
 
@@ -36,23 +37,35 @@ TRAINER_OUTPUTS = ("metrics.json", "telemetry.json", "model.pt")
 
 
 def trainer_command(
-    *, manifest: str, output: str, world_size: int, epochs: int, learning_rate: float, seed: int,
+    *,
+    manifest: str,
+    output: str,
+    world_size: int,
+    epochs: int,
+    learning_rate: float,
+    seed: int,
     python: str = sys.executable,
 ) -> list[str]:
     """The trainer's command line (pure, so tests compare it as a list)."""
     args = [
-        "-m", "lakeprep_train.train",
-        "--manifest", manifest,
-        "--output", output,
-        "--epochs", str(epochs),
-        "--lr", str(learning_rate),
-        "--seed", str(seed),
+        "-m",
+        "lakeprep_train.train",
+        "--manifest",
+        manifest,
+        "--output",
+        output,
+        "--epochs",
+        str(epochs),
+        "--lr",
+        str(learning_rate),
+        "--seed",
+        str(seed),
     ]
     if world_size == 1:
         return [python, *args]
     # torch.distributed.run is torchrun; calling it through this interpreter avoids
     # depending on PATH.
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}", *args[1:]]
+    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}", *args]
 
 
 def _copy_tree_down(fs: lake_fs.LakeFS, src: str, dst: Path) -> None:
@@ -134,7 +147,9 @@ class GpuTrainingHandoffOperator(BaseOperator):
             )
             env = {
                 **os.environ,
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(training_dir()), os.environ.get("PYTHONPATH")])),
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(training_dir()), os.environ.get("PYTHONPATH")])
+                ),
             }
             self.log.info("running trainer: %s", " ".join(command))
             result = SubprocessHook().run_command(command=command, env=env, cwd=str(work))

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from lakeprep_airflow import jobs_package, lake_fs, spec as spec_mod
+from lakeprep_airflow import jobs_package, lake_fs
+from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class SparkStageOperator(SparkSubmitOperator):
         except Exception as err:  # AirflowNotFoundException, across Airflow versions
             raise ValueError(
                 f"Spark connection {self._conn_id!r} is not defined; set AIRFLOW_CONN_"
-                f"{self._conn_id.upper()} (e.g. '{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}' "
+                f'{self._conn_id.upper()} (e.g. \'{{"conn_type": "spark", "host": "local[*]"}}\' '
                 "or 'spark://spark-master:7077') or create it in the UI"
             ) from err
 

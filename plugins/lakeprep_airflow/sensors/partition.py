@@ -59,12 +59,9 @@ class PartitionSensor(BaseSensorOperator):
         self._last_seen = "not checked yet"
 
     def poke(self, context: Context) -> bool:
-        try:
-            status = check_partition(self.uri, webhdfs_conn_id=self.webhdfs_conn_id)
-        except LakeUnreachableError:
-            # Fail (and let retries apply) instead of waiting out the timeout on a dead
-            # endpoint: the message names it.
-            raise
+        # An unreachable lake raises LakeUnreachableError naming the endpoint: the task
+        # fails (and retries) instead of waiting out its timeout on a dead NameNode.
+        status = check_partition(self.uri, webhdfs_conn_id=self.webhdfs_conn_id)
         self._last_seen = status.describe()
         self.log.info("partition check: %s", self._last_seen)
         return status.complete(self.min_files, self.min_bytes)

@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHAIN = [
+    "wait_for_partition",
+    "validate",
+    "preprocess",
+    "select_features",
+    "sample",
+    "export_shards",
+    "gpu_training_handoff",
+]
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+def test_no_import_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert "lakeprep_flights" in dagbag.dag_ids
+
+
+def test_chain_is_the_pipeline_in_order(dagbag):
+    dag = dagbag.dags["lakeprep_flights"]
+    assert set(dag.task_ids) == set(CHAIN)
+    for upstream, downstream in zip(CHAIN, CHAIN[1:], strict=False):
+        assert dag.get_task(upstream).downstream_task_ids == {downstream}
+    assert dag.get_task(CHAIN[-1]).downstream_task_ids == set()
+
+
+def test_house_rules(dagbag):
+    dag = dagbag.dags["lakeprep_flights"]
+    assert dag.tags >= {"lakeprep", "flights"}
+    assert dag.catchup is False
+    assert dag.start_date.isoformat().startswith("2013-01-01")
+    assert dag.doc_md and " >> ".join(CHAIN) in dag.doc_md
+    for task in dag.tasks:
+        assert task.retries == 2, task.task_id
+        assert task.owner == "ml-data"
+    sensor = dag.get_task("wait_for_partition")
+    assert sensor.mode == "reschedule"
+    assert sensor.timeout == 21600
+    assert "{{" in sensor.uri and "raw/flights/dt=" in sensor.uri
+
+
+def test_stage_tasks_are_spark_submits_with_the_form_overrides(dagbag):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    dag = dagbag.dags["lakeprep_flights"]
+    for task_id in CHAIN[1:-1]:
+        task = dag.get_task(task_id)
+        assert isinstance(task, SparkSubmitOperator)
+        assert task.stage == task_id
+        assert task.overrides["stages.sample.seed"] == "{{ params.seed }}"
+
+
+def test_trigger_form_validates_values(dagbag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    dag = dagbag.dags["lakeprep_flights"]
+    defaults = {k: dag.params[k] for k in ("sample_fraction", "seed", "epochs")}
+    assert defaults == {"sample_fraction": 1.0, "seed": 7, "epochs": 3}
+
+    def validate(conf):
+        params = copy.deepcopy(dag.params)
+        params.update(conf)
+        return params.validate()
+
+    assert validate({"sample_fraction": 0.3, "seed": 1})["sample_fraction"] == 0.3
+    for bad in ({"sample_fraction": 0}, {"sample_fraction": 1.5}, {"seed": -1}, {"epochs": "many"}):
+        with pytest.raises(ParamValidationError):
+            validate(bad)
+
+
+def test_parsing_imports_no_heavy_libraries():
+    code = (
+        "import runpy, sys; runpy.run_path(sys.argv[1]);"
+        "heavy = [m for m in ('pyspark', 'torch', 'pandas', 'pyarrow') if m in sys.modules];"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(REPO / "dags" / "lakeprep_datasets.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ,
+    )
+    assert out.stdout.strip().splitlines()[-1:] in ([], [""])
+
+
+def test_a_broken_spec_is_an_import_error_naming_file_and_field(tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    text = (REPO / "pipelines" / "flights.yaml").read_text().replace("window_days: 30", "window_days: 0")
+    (pipelines / "flights.yaml").write_text(text)
+    shutil.copy(REPO / "dags" / "lakeprep_datasets.py", tmp_path / "lakeprep_datasets.py")
+    monkeypatch.setenv("LAKEPREP_PIPELINES_DIR", str(pipelines))
+    bag = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py"))
+    [error] = bag.import_errors.values()
+    assert "flights.yaml" in error
+    assert "stages.export_shards.window_days: 0 is less than the minimum of 1" in error

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from lakeprep_airflow import jobs_package
+from lakeprep_airflow.operators.spark_stage import SparkStageOperator, parse_overrides, stage_argv
+
+REPO = Path(__file__).resolve().parents[2]
+FLIGHTS = str(REPO / "pipelines" / "flights.yaml")
+
+
+def make_op(stage: str = "sample", **kw) -> SparkStageOperator:
+    kw.setdefault("lake_root", "hdfs://nn:8020/lake")
+    kw.setdefault("run_ds", "2013-01-02")
+    return SparkStageOperator(task_id=stage, stage=stage, spec_path=FLIGHTS, **kw)
+
+
+def test_stage_argv_is_the_job_contract():
+    assert stage_argv(["a", "b"], "out", {"z": 1, "a": [1]}) == [
+        "--input",
+        "a",
+        "--input",
+        "b",
+        "--output",
+        "out",
+        "--params",
+        '{"a":[1],"z":1}',
+    ]
+
+
+def test_overrides_are_parsed_as_json_scalars():
+    assert parse_overrides({"x": "0.5", "y": "7", "z": "true", "w": "abc"}) == {
+        "x": 0.5,
+        "y": 7,
+        "z": True,
+        "w": "abc",
+    }
+
+
+def test_prepare_submission_builds_argv_from_spec_and_overrides():
+    op = make_op(overrides={"stages.sample.seed": "11", "stages.sample.fraction": "0.25"})
+    inputs, output = op.prepare_submission("scheduled__2013-01-02")
+    assert inputs == ["hdfs://nn:8020/lake/select_features/flights/dt=2013-01-02"]
+    assert output == "hdfs://nn:8020/lake/sample/flights/dt=2013-01-02"
+    args = op.application_args
+    assert args[:4] == ["--input", inputs[0], "--output", output]
+    params = json.loads(args[args.index("--params") + 1])
+    assert params["seed"] == 11
+    assert params["fraction"] == 0.25
+    assert params["class_fractions"] == {"0": 0.5}
+    assert op.application.endswith("spark_jobs/lakeprep_jobs/sample.py")
+    assert op.conf["spark.sql.shuffle.partitions"] == "4"
+
+
+def test_operator_conf_overrides_the_spec_conf():
+    op = make_op(conf={"spark.sql.shuffle.partitions": "64"})
+    op.prepare_submission("r")
+    assert op.conf["spark.sql.shuffle.partitions"] == "64"
+
+
+def test_bad_override_is_refused_before_submission():
+    op = make_op(overrides={"stages.sample.fraction": "1.5"})
+    with pytest.raises(ValueError, match=r"stages\.sample\.fraction: 1\.5 is greater than the maximum"):
+        op.prepare_submission("r")
+
+
+def test_missing_lake_root_says_how_to_configure_it():
+    op = make_op(lake_root="")
+    with pytest.raises(ValueError, match="AIRFLOW_VAR_LAKEPREP_LAKE_ROOT"):
+        op.prepare_submission("r")
+
+
+def test_unknown_stage_is_refused():
+    with pytest.raises(ValueError, match="stage 'train' must be one of"):
+        make_op(stage="train")
+
+
+def test_spark_submit_command_takes_master_from_connection(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEPREP_TEST_SPARK", "spark://127.0.0.1:7077?deploy-mode=client")
+    op = make_op(stage="validate", conn_id="lakeprep_test_spark")
+    op.prepare_submission("r")
+    cmd = op._get_hook()._build_spark_submit_command(op.application)
+    assert cmd[:3] == ["spark-submit", "--master", "spark://127.0.0.1:7077"]
+    assert cmd[cmd.index("--py-files") + 1] == op.py_files
+    assert cmd[cmd.index(op.application) + 1 :] == op.application_args
+
+
+def test_missing_spark_connection_is_a_clear_error(monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_NO_SUCH_SPARK", raising=False)
+    op = make_op(conn_id="no_such_spark")
+    with pytest.raises(ValueError, match="Spark connection 'no_such_spark' is not defined"):
+        op._check_connection()
+
+
+def test_jobs_zip_holds_every_stage_and_is_content_addressed(tmp_path):
+    first = jobs_package.build_zip(out_dir=tmp_path)
+    assert jobs_package.build_zip(out_dir=tmp_path) == first
+    names = set(zipfile.ZipFile(first).namelist())
+    assert {
+        f"lakeprep_jobs/{m}.py" for m in ("common", "validate", "preprocess", "sample", "export_shards")
+    } <= names
+    jobs = tmp_path / "jobs"
+    (jobs / "lakeprep_jobs").mkdir(parents=True)
+    (jobs / "lakeprep_jobs" / "__init__.py").write_text("")
+    other = jobs_package.build_zip(jobs_dir=jobs, out_dir=tmp_path)
+    assert other != first
+    with pytest.raises(FileNotFoundError, match="LAKEPREP_SPARK_JOBS_DIR"):
+        jobs_package.build_zip(jobs_dir=tmp_path / "missing", out_dir=tmp_path)

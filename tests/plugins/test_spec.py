@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lakeprep_airflow import spec as spec_mod
+from lakeprep_airflow.spec import SpecError, load_spec
+
+REPO = Path(__file__).resolve().parents[2]
+FLIGHTS = REPO / "pipelines" / "flights.yaml"
+
+
+def write_spec(tmp_path: Path, mutate) -> Path:
+    data = yaml.safe_load(FLIGHTS.read_text())
+    mutate(data)
+    path = tmp_path / "flights.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_flights_spec_is_valid_and_defaults_are_filled():
+    spec = load_spec(FLIGHTS)
+    assert spec.dag_id == "lakeprep_flights"
+    assert spec.columns_with_role("id") == ["flight_id"]
+    assert spec.columns_with_role("label") == ["delayed"]
+    assert "plane_model" in spec.columns_with_role("text")
+    assert spec.stages["export_shards"]["window_days"] == 30
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda d: d["stages"]["sample"].update(fraction=1.5),
+            r"stages\.sample\.fraction: 1\.5 is greater than the maximum of 1",
+        ),
+        (lambda d: d["source"].update(format="xls"), r"source\.format: 'xls' is not one of"),
+        (lambda d: d.update(colour="blue"), r"<top level>: Additional properties are not allowed \('colour'"),
+        (lambda d: d["source"].update(uri="{lake}/raw/flights"), r"source\.uri: .* does not match"),
+        (
+            lambda d: d["columns"].append({"name": "carrier", "type": "string", "role": "numeric"}),
+            "column 'carrier' is declared twice",
+        ),
+        (lambda d: d["derived"].pop(1), r"exactly one column must have role 'label'"),
+        (lambda d: d["columns"][0].pop("type"), r"columns\.0 \(year\): raw columns need a 'type'"),
+        (
+            lambda d: d["references"][0].update(join_keys=["airport"]),
+            r"references\.weather\.join_keys names \['airport'\]",
+        ),
+        (
+            lambda d: d["stages"]["sample"].update(splits={"train": 0.5, "validation": 0.1, "test": 0.1}),
+            "must sum to 1",
+        ),
+        (lambda d: d["stages"]["sample"].update(class_fractions={"2": 0.5}), r"names classes \['2'\]"),
+        (
+            lambda d: d["spark"]["conf"].update({"spark.driver.memory; rm -rf /": "1g"}),
+            r"spark\.conf: .* does not match",
+        ),
+        (
+            lambda d: d["training"].update(world_size=0),
+            r"training\.world_size: 0 is less than the minimum of 1",
+        ),
+    ],
+)
+def test_broken_specs_name_the_file_and_field(tmp_path, mutate, message):
+    path = write_spec(tmp_path, mutate)
+    with pytest.raises(SpecError, match=message) as err:
+        load_spec(path)
+    assert str(path) in str(err.value)
+
+
+def test_file_name_must_match_dataset_name(tmp_path):
+    path = tmp_path / "other.yaml"
+    shutil.copy(FLIGHTS, path)
+    with pytest.raises(SpecError, match="file name must match name 'flights'"):
+        load_spec(path)
+
+
+def test_invalid_yaml_is_reported(tmp_path):
+    path = tmp_path / "flights.yaml"
+    path.write_text("name: [unclosed\n")
+    with pytest.raises(SpecError, match="not valid YAML"):
+        load_spec(path)
+
+
+def test_overrides_are_validated_like_the_file():
+    spec = load_spec(FLIGHTS)
+    assert spec.with_overrides({"stages.sample.seed": 3}).stages["sample"]["seed"] == 3
+    with pytest.raises(
+        SpecError, match=r"stages\.sample\.fraction: 0 is less than or equal to the minimum of 0"
+    ):
+        spec.with_overrides({"stages.sample.fraction": 0})
+    with pytest.raises(SpecError, match="does not name a spec field"):
+        spec.with_overrides({"stages.sample.sed": 3})
+    with pytest.raises(SpecError, match=r"stages\.sample\.seed: 'x' is not of type 'integer'"):
+        spec.with_overrides({"stages.sample.seed": "x"})
+
+
+def test_stage_io_follows_the_lake_layout():
+    spec = load_spec(FLIGHTS)
+    lake = "hdfs://nn:8020/lake"
+    assert spec_mod.stage_io(spec, "validate", lake_root=lake, ds="2013-01-02") == (
+        ["hdfs://nn:8020/lake/raw/flights/dt=2013-01-02"],
+        "hdfs://nn:8020/lake/validate/flights/dt=2013-01-02",
+    )
+    assert spec_mod.stage_io(spec, "sample", lake_root=lake, ds="2013-01-02") == (
+        ["hdfs://nn:8020/lake/select_features/flights/dt=2013-01-02"],
+        "hdfs://nn:8020/lake/sample/flights/dt=2013-01-02",
+    )
+    inputs, output = spec_mod.stage_io(spec, "export_shards", lake_root=lake, ds="2013-01-02")
+    assert len(inputs) == 30
+    assert inputs[0] == "hdfs://nn:8020/lake/sample/flights/dt=2012-12-04"
+    assert inputs[-1] == "hdfs://nn:8020/lake/sample/flights/dt=2013-01-02"
+    assert output == "hdfs://nn:8020/lake/export_shards/flights/dt=2013-01-02"
+
+
+@pytest.mark.parametrize("stage", spec_mod.STAGES)
+def test_stage_params_are_accepted_by_the_spark_job(stage):
+    """The cross-runtime contract: what the operator sends is what the job's dataclass takes."""
+    import importlib
+
+    from lakeprep_jobs import common
+
+    spec = load_spec(FLIGHTS)
+    params = spec_mod.stage_params(spec, stage, lake_root="file:///lake", ds="2013-01-02", run_id="r1")
+    module = importlib.import_module(f"lakeprep_jobs.{stage}")
+    cls = next(
+        obj
+        for obj in vars(module).values()
+        if dataclasses.is_dataclass(obj)
+        and obj.__module__ == module.__name__
+        and obj.__name__.endswith("Params")
+    )
+    built = common.params_from(cls, params)
+    assert dataclasses.asdict(built).items() >= params.items()
+
+
+def test_config_hash_changes_with_the_data_shaping_fields():
+    spec = load_spec(FLIGHTS)
+    assert spec_mod.config_hash(spec) == spec_mod.config_hash(load_spec(FLIGHTS))
+    assert spec_mod.config_hash(spec) != spec_mod.config_hash(spec.with_overrides({"stages.sample.seed": 99}))
