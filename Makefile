@@ -67,5 +67,13 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-clean:
-	rm -rf .lake .airflow .pytest_cache
+# A real single-node HDFS and Spark standalone cluster on 127.0.0.1 (see docs/CLUSTERS.md).
+cluster-up: $(STAMP)
+	$(BIN)/python hadoop/cluster.py up
+	@echo 'use it: eval "$$($(BIN)/python hadoop/cluster.py env)"'
+
+cluster-down:
+	python3 hadoop/cluster.py down
+
+clean: cluster-down
+	rm -rf .lake .airflow .pytest_cache .cluster

@@ -110,3 +110,15 @@ def test_jobs_zip_holds_every_stage_and_is_content_addressed(tmp_path):
     assert other != first
     with pytest.raises(FileNotFoundError, match="LAKEPREP_SPARK_JOBS_DIR"):
         jobs_package.build_zip(jobs_dir=tmp_path / "missing", out_dir=tmp_path)
+
+
+def test_incomplete_input_partition_fails_before_submission(tmp_path):
+    part = tmp_path / "select_features" / "flights" / "dt=2013-01-02"
+    part.mkdir(parents=True)
+    (part / "part-0.parquet").write_bytes(b"x")
+    op = make_op(lake_root=f"file://{tmp_path}")
+    inputs, _ = op.prepare_submission("r")
+    with pytest.raises(FileNotFoundError, match=r"stage sample needs a complete partition: .*_SUCCESS missing"):
+        op._check_input(inputs[-1])
+    (part / "_SUCCESS").write_text("")
+    op._check_input(inputs[-1])

@@ -20,6 +20,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from lakeprep_airflow import jobs_package, lake_fs
 from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root
+from lakeprep_airflow.partition_status import check_partition
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -125,9 +126,21 @@ class SparkStageOperator(SparkSubmitOperator):
                 "or 'spark://spark-master:7077') or create it in the UI"
             ) from err
 
+    def _check_input(self, uri: str) -> None:
+        """The partition this stage needs is complete, before a Spark driver starts.
+
+        Fails fast and names the problem: a missing partition, or (LakeUnreachableError)
+        the endpoint of a NameNode that does not answer.
+        """
+        status = check_partition(uri, webhdfs_conn_id=self.webhdfs_conn_id)
+        if not status.has_marker:
+            raise FileNotFoundError(f"stage {self.stage} needs a complete partition: {status.describe()}")
+
     def execute(self, context: Context) -> dict[str, Any]:
-        _, output = self.prepare_submission(context["run_id"])
+        inputs, output = self.prepare_submission(context["run_id"])
         self._check_connection()
+        # The run's own day is always the last input (export reads a window before it).
+        self._check_input(inputs[-1])
         self.log.info("stage %s: %s", self.stage, " ".join(self.application_args))
         super().execute(context)
         fs, path = lake_fs.resolve(output, webhdfs_conn_id=self.webhdfs_conn_id)

@@ -1,0 +1,894 @@
+"""A real single-node HDFS + Spark standalone cluster on loopback, for tests and local runs.
+
+    python hadoop/cluster.py up       # fetch Hadoop if needed, format once, start, wait
+    eval "$(python hadoop/cluster.py env)"
+    python hadoop/cluster.py status   # exit 0 when every service is up, 3 otherwise
+    python hadoop/cluster.py down
+
+Services, all bound to 127.0.0.1 on fixed ports (the defaults below; each can be moved
+with LAKEPREP_NN_RPC_PORT, LAKEPREP_NN_HTTP_PORT, LAKEPREP_DN_DATA_PORT,
+LAKEPREP_DN_HTTP_PORT, LAKEPREP_DN_IPC_PORT, LAKEPREP_SPARK_MASTER_PORT,
+LAKEPREP_SPARK_MASTER_UI_PORT, LAKEPREP_SPARK_WORKER_UI_PORT):
+
+- NameNode and DataNode: Hadoop 3.5.0 from Maven Central (``hadoop/pom.xml`` copies the
+  jars to ``hadoop/.dist``), run with plain ``java`` because there is no Hadoop tarball
+  and so no ``bin/hdfs`` script. 3.5.0 is the same version as the client jars inside
+  the pyspark 4.3.0 wheel, and the first Hadoop whose server side supports Java 17.
+- Spark standalone master and one worker: ``spark-class`` from the venv's pyspark, so
+  the cluster runs exactly the Spark that ``spark-submit`` and the jobs use.
+
+Every wait gives up after LAKEPREP_CLUSTER_TIMEOUT seconds (120) and reports the endpoint
+and the tail of the relevant log.
+
+Everything the cluster writes lives in one state dir, ``<repo>/.cluster`` unless
+``LAKEPREP_CLUSTER_DIR`` says otherwise: ``conf/`` (generated from ``hadoop/conf``),
+``client-conf/`` (a HADOOP_CONF_DIR for clients), ``data/``, ``logs/``, ``pids/``.
+
+The module is stdlib-only and importable: ``up()``, ``down()``, ``status()``,
+``client_env()`` and ``stop_service()`` are what pytest fixtures and tests call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import hashlib
+import http.client
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+HADOOP_DIR = Path(__file__).resolve().parent
+REPO = HADOOP_DIR.parent
+TEMPLATES = HADOOP_DIR / "conf"
+POM = HADOOP_DIR / "pom.xml"
+DIST = HADOOP_DIR / ".dist"
+LIB = DIST / "lib"
+# Written after a successful Maven run; holds the pom's hash, so editing the pom refetches.
+DIST_STAMP = DIST / ".complete"
+DIST_REQUIRED = (
+    "lib/hadoop-common-3.5.0.jar",
+    "lib/hadoop-auth-3.5.0.jar",
+    "lib/hadoop-hdfs-3.5.0.jar",
+    "lib/hadoop-hdfs-client-3.5.0.jar",
+    "webapps/hdfs/WEB-INF/web.xml",
+    "webapps/datanode/WEB-INF/web.xml",
+)
+
+HOST = "127.0.0.1"
+WAIT_TIMEOUT_S = float(os.environ.get("LAKEPREP_CLUSTER_TIMEOUT", "120"))
+STOP_GRACE_S = 15.0
+EXIT_NOT_ALL_UP = 3
+
+# What bin/hdfs adds on JDK 17 (hadoop_finalize_jpms_opts in hadoop-functions.sh, HADOOP-19310),
+# plus Spark's JavaModuleOptions list. Extra --add-opens are harmless; a missing one is
+# an InaccessibleObjectException at run time.
+JAVA17_FLAGS = (
+    "-XX:+IgnoreUnrecognizedVMOptions",
+    *(
+        f"--add-opens=java.base/{package}=ALL-UNNAMED"
+        for package in (
+            "java.io",
+            "java.lang",
+            "java.lang.invoke",
+            "java.lang.reflect",
+            "java.math",
+            "java.net",
+            "java.nio",
+            "java.text",
+            "java.util",
+            "java.util.concurrent",
+            "java.util.concurrent.atomic",
+            "java.util.zip",
+            "jdk.internal.ref",
+            "sun.nio.ch",
+            "sun.nio.cs",
+            "sun.security.action",
+            "sun.security.util",
+            "sun.security.x509",
+            "sun.util.calendar",
+        )
+    ),
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Djava.net.preferIPv4Stack=true",
+)
+
+# Start-up cost is what matters for a test cluster on a small box: C1 only and the serial
+# GC halve the CPU that four daemons burn while starting (measured on 2 cores: 23.6 -> 11.5
+# CPU seconds, `up` 26 -> 13 s) at the same resident memory. The daemons move little
+# data; Spark executors are separate JVMs and keep the default JIT and GC.
+DAEMON_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
+class ClusterError(RuntimeError):
+    """A service could not be fetched, started or reached; the message says which and why."""
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def _env_port(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise ClusterError(f"{name}={value!r} must be a TCP port number (1-65535)")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The fixed loopback ports: the Hadoop 3 and Spark defaults, each overridable by env."""
+
+    nn_rpc: int = 8020
+    nn_http: int = 9870
+    dn_data: int = 9866
+    dn_http: int = 9864
+    dn_ipc: int = 9867
+    spark_master: int = 7077
+    spark_master_ui: int = 8080
+    spark_worker_ui: int = 8081
+
+    @classmethod
+    def from_env(cls) -> Ports:
+        defaults = cls()
+        return cls(
+            **{
+                field: _env_port(f"LAKEPREP_{field.upper()}_PORT", getattr(defaults, field))
+                for field in cls.__dataclass_fields__
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where one cluster keeps its state, which ports it uses, and who runs it."""
+
+    state_dir: Path
+    ports: Ports
+    user: str
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.state_dir / "conf"
+
+    @property
+    def spark_conf_dir(self) -> Path:
+        return self.conf_dir / "spark"
+
+    @property
+    def client_conf_dir(self) -> Path:
+        return self.state_dir / "client-conf"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.state_dir / "data"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def pids_dir(self) -> Path:
+        return self.state_dir / "pids"
+
+    @property
+    def name_dir(self) -> Path:
+        return self.data_dir / "namenode"
+
+    @property
+    def datanode_dir(self) -> Path:
+        return self.data_dir / "datanode"
+
+
+def cluster_config(state_dir: str | os.PathLike[str] | None = None) -> Cluster:
+    """Resolve the state dir (argument, else $LAKEPREP_CLUSTER_DIR, else <repo>/.cluster)."""
+    chosen = state_dir or os.environ.get("LAKEPREP_CLUSTER_DIR") or REPO / ".cluster"
+    return Cluster(Path(chosen).expanduser().resolve(), Ports.from_env(), getpass.getuser())
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+def _pom_hash() -> str:
+    return hashlib.sha256(POM.read_bytes()).hexdigest()
+
+
+def dist_complete() -> bool:
+    """True when the last Maven copy finished for this very pom and its key files exist."""
+    try:
+        stamp = DIST_STAMP.read_text().strip()
+    except FileNotFoundError:
+        return False
+    return stamp == _pom_hash() and all((DIST / path).is_file() for path in DIST_REQUIRED)
+
+
+def fetch(force: bool = False) -> bool:
+    """Copy the Hadoop server jars and webapps from Maven Central unless already complete.
+
+    Returns whether Maven ran. A partial or outdated copy is removed first, because stale
+    jars of another version in lib/ would end up on the daemons' classpath.
+    """
+    if dist_complete() and not force:
+        return False
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise ClusterError("mvn not found on PATH; Maven 3 is needed to fetch Hadoop 3.5.0 jars")
+    for stale in (LIB, DIST / "webapps", DIST_STAMP):
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        elif stale.exists():
+            stale.unlink()
+    cmd = [mvn, "-B", "-q", "-f", str(POM), "package"]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        output = (done.stdout + done.stderr).strip().splitlines()
+        raise ClusterError(
+            f"{shlex.join(cmd)} failed with exit code {done.returncode}:\n" + "\n".join(output[-40:])
+        )
+    missing = [path for path in DIST_REQUIRED if not (DIST / path).is_file()]
+    if missing:
+        raise ClusterError(f"Maven finished but {DIST} lacks {missing}; check {POM}")
+    DIST_STAMP.write_text(_pom_hash() + "\n")
+    return True
+
+
+# --------------------------------------------------------------------------- config files
+
+
+def _render(template: str, values: dict[str, str]) -> str:
+    """Fill @NAME@ placeholders; an unknown one is an error, not a silently broken config."""
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(1) not in values:
+            raise ClusterError(f"unknown placeholder {match.group(0)} in a hadoop/conf template")
+        return values[match.group(1)]
+
+    return re.sub(r"@([A-Z_]+)@", substitute, template)
+
+
+def _hadoop_xml(properties: dict[str, str]) -> str:
+    rows = "".join(
+        f"  <property>\n    <name>{name}</name>\n    <value>{value}</value>\n  </property>\n"
+        for name, value in properties.items()
+    )
+    return f'<?xml version="1.0" encoding="UTF-8"?>\n<configuration>\n{rows}</configuration>\n'
+
+
+def write_configs(cluster: Cluster) -> None:
+    """Generate the daemon, client and Spark configs for this state dir and these ports.
+
+    Regenerated at every ``up`` so that a changed template or port takes effect; the
+    templates in git never hold absolute paths.
+    """
+    ports = cluster.ports
+    values = {
+        "CLUSTER_DIR": str(cluster.state_dir),
+        "USER": cluster.user,
+        "NN_RPC_PORT": str(ports.nn_rpc),
+        "NN_HTTP_PORT": str(ports.nn_http),
+        "DN_PORT": str(ports.dn_data),
+        "DN_HTTP_PORT": str(ports.dn_http),
+        "DN_IPC_PORT": str(ports.dn_ipc),
+    }
+    cluster.conf_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("core-site.xml", "hdfs-site.xml", "log4j.properties"):
+        text = _render((TEMPLATES / name).read_text(), values)
+        (cluster.conf_dir / name).write_text(text)
+
+    # Clients (spark-submit via HADOOP_CONF_DIR) need only the address and, because the
+    # shaded client jars carry no hdfs-default.xml, replication 1 (compiled default: 3).
+    cluster.client_conf_dir.mkdir(parents=True, exist_ok=True)
+    (cluster.client_conf_dir / "core-site.xml").write_text(
+        _hadoop_xml({"fs.defaultFS": f"hdfs://{HOST}:{ports.nn_rpc}"})
+    )
+    (cluster.client_conf_dir / "hdfs-site.xml").write_text(
+        _hadoop_xml(
+            {
+                "dfs.replication": "1",
+                # With one DataNode there is nothing to swap a failed pipeline node for.
+                "dfs.client.block.write.replace-datanode-on-failure.enable": "false",
+            }
+        )
+    )
+
+    # Passed as --properties-file, which also puts the state dir into the daemons'
+    # command lines so that ``down`` can recognise them.
+    cluster.spark_conf_dir.mkdir(parents=True, exist_ok=True)
+    (cluster.spark_conf_dir / "spark-defaults.conf").write_text(
+        "# Generated by hadoop/cluster.py at `up`.\n"
+        "# PySpark apps cannot use standalone cluster deploy mode: no REST server (port 6066).\n"
+        "spark.master.rest.enabled false\n"
+        "# Remove finished applications' dirs from data/spark-work after a day.\n"
+        "spark.worker.cleanup.enabled true\n"
+        "spark.worker.cleanup.appDataTtl 86400\n"
+    )
+
+
+# --------------------------------------------------------------------------- services
+
+
+@dataclass(frozen=True)
+class Service:
+    """One daemon: what to run, how to recognise it, and where it listens."""
+
+    name: str  # pid and log file stem
+    runtime: str  # "hadoop" (plain java on hadoop/.dist) or "spark" (the venv's spark-class)
+    main_class: str  # must appear in /proc/<pid>/cmdline, next to the state dir
+    args: tuple[str, ...]
+    heap: str
+    port: int  # a listening port that proves the daemon is serving
+    endpoint: str  # what status prints
+
+
+def services(cluster: Cluster) -> list[Service]:
+    """All daemons, in start order (``down`` stops them in reverse)."""
+    ports = cluster.ports
+    properties = ("--properties-file", str(cluster.spark_conf_dir / "spark-defaults.conf"))
+    master_url = f"spark://{HOST}:{ports.spark_master}"
+    return [
+        Service(
+            name="namenode",
+            runtime="hadoop",
+            main_class="org.apache.hadoop.hdfs.server.namenode.NameNode",
+            args=(),
+            heap="512m",
+            port=ports.nn_rpc,
+            endpoint=f"hdfs://{HOST}:{ports.nn_rpc} http://{HOST}:{ports.nn_http}",
+        ),
+        Service(
+            name="datanode",
+            runtime="hadoop",
+            main_class="org.apache.hadoop.hdfs.server.datanode.DataNode",
+            args=(),
+            heap="256m",
+            port=ports.dn_data,
+            endpoint=f"{HOST}:{ports.dn_data} http://{HOST}:{ports.dn_http}",
+        ),
+        Service(
+            name="spark-master",
+            runtime="spark",
+            main_class="org.apache.spark.deploy.master.Master",
+            args=(
+                *("--host", HOST, "--port", str(ports.spark_master)),
+                *("--webui-port", str(ports.spark_master_ui), *properties),
+            ),
+            heap="512m",
+            port=ports.spark_master,
+            endpoint=f"{master_url} http://{HOST}:{ports.spark_master_ui}",
+        ),
+        Service(
+            name="spark-worker",
+            runtime="spark",
+            main_class="org.apache.spark.deploy.worker.Worker",
+            args=(
+                master_url,
+                *("--host", HOST, "--cores", "2", "--memory", "2g"),
+                *("--webui-port", str(ports.spark_worker_ui), *properties),
+                *("--work-dir", str(cluster.data_dir / "spark-work")),
+            ),
+            heap="512m",
+            port=ports.spark_worker_ui,
+            endpoint=f"http://{HOST}:{ports.spark_worker_ui}",
+        ),
+    ]
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = Path(java_home, "bin", "java") if java_home else shutil.which("java")
+    if not java or not Path(java).is_file():
+        raise ClusterError("java not found (set JAVA_HOME or put JDK 17 on PATH)")
+    return str(java)
+
+
+def _spark_home() -> Path:
+    """The pyspark package of the running venv, else of the repo's .venv.
+
+    Set explicitly as SPARK_HOME: otherwise spark-class asks whatever ``python3`` is on
+    PATH to locate pyspark, and that is not the venv when this CLI runs under the system
+    Python.
+    """
+    for venv in (Path(sys.prefix), REPO / ".venv"):
+        for package in sorted(venv.glob("lib/python3*/site-packages/pyspark")):
+            if (package / "bin" / "spark-class").is_file():
+                return package
+    raise ClusterError(
+        f"pyspark not found in {sys.prefix} or {REPO / '.venv'}: pip install -r requirements.txt"
+    )
+
+
+def _hadoop_command(cluster: Cluster, service: Service) -> list[str]:
+    """The java command line that bin/hdfs would build, minus the script."""
+    classpath = os.pathsep.join([str(cluster.conf_dir), str(DIST), f"{LIB}/*"])  # DIST: webapps/
+    return [
+        _java(),
+        f"-Xmx{service.heap}",
+        *DAEMON_JVM_FLAGS,
+        *JAVA17_FLAGS,
+        f"-Dproc_{service.name}",
+        f"-Dhadoop.log.dir={cluster.logs_dir}",
+        f"-Dhadoop.log.file={service.name}.log",
+        f"-Dhadoop.home.dir={DIST}",
+        f"-Dhadoop.id.str={cluster.user}",
+        *("-cp", classpath, service.main_class, *service.args),
+    ]
+
+
+def _spark_env(cluster: Cluster, service: Service, spark_home: Path) -> dict[str, str]:
+    return {
+        "SPARK_HOME": str(spark_home),
+        "SPARK_LOCAL_IP": HOST,  # also binds the web UIs to loopback
+        "SPARK_CONF_DIR": str(cluster.spark_conf_dir),  # ignore any user spark-env.sh
+        "SPARK_DAEMON_MEMORY": service.heap,
+        "SPARK_DAEMON_JAVA_OPTS": " ".join(DAEMON_JVM_FLAGS),
+        "SPARK_LOCAL_DIRS": str(cluster.data_dir / "spark-local"),  # executors' scratch space
+        # The worker puts HADOOP_CONF_DIR on executor classpaths: replication 1 there too.
+        "HADOOP_CONF_DIR": str(cluster.client_conf_dir),
+    }
+
+
+def launch_command(cluster: Cluster, service: Service) -> tuple[list[str], dict[str, str]]:
+    """argv and extra environment that start the service. Only starting needs java and
+    pyspark, so ``status`` and ``down`` work even where they are missing."""
+    if service.runtime == "hadoop":
+        return _hadoop_command(cluster, service), {}
+    spark_home = _spark_home()
+    argv = [str(spark_home / "bin" / "spark-class"), service.main_class, *service.args]
+    return argv, _spark_env(cluster, service, spark_home)
+
+
+# --------------------------------------------------------------------------- processes
+
+# Daemons started by this Python process: kept so that exited ones are reaped (no zombies
+# while a pytest session runs on) and Popen does not warn about children still running.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _pid_file(cluster: Cluster, service: Service) -> Path:
+    return cluster.pids_dir / f"{service.name}.pid"
+
+
+def _log_file(cluster: Cluster, service_name: str) -> Path:
+    return cluster.logs_dir / f"{service_name}.log"
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    """argv of a live process, None if it is gone or a zombie.
+
+    While a process is inside execve (spark-class: env -> bash -> java, same pid) the
+    kernel briefly shows an empty cmdline, so an empty one is re-read before believing it.
+    """
+    for _ in range(20):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            return None
+        if stat[stat.rindex(")") + 2] in "ZX":  # state field, after "(comm) "
+            return None
+        if raw:
+            return [arg.decode(errors="replace") for arg in raw.split(b"\0")]
+        time.sleep(0.05)
+    return None
+
+
+def _is_our_process(pid: int, cluster: Cluster, service: Service) -> bool:
+    """Whether pid is still the daemon we started: its main class and our state dir.
+
+    Guards against pid reuse (after a reboot, or a daemon that died long ago): ``down``
+    must never signal a process it did not start.
+    """
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:  # exited; poll() reaped it
+        del _children[pid]
+        return False
+    args = _cmdline(pid)
+    if args is None:
+        return False
+    return service.main_class in args and any(str(cluster.state_dir) in arg for arg in args)
+
+
+def running_pid(cluster: Cluster, service: Service) -> int | None:
+    """The pid from the service's pid file if that process is still ours, else None."""
+    try:
+        pid = int(_pid_file(cluster, service).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if _is_our_process(pid, cluster, service) else None
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((HOST, port)) == 0
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return f"({path} does not exist)"
+    return f"--- last {min(lines, len(text))} lines of {path} ---\n" + "\n".join(text[-lines:])
+
+
+def _check_ports_free(cluster: Cluster, to_start: Sequence[Service]) -> None:
+    """Fail before formatting or starting anything if a port is taken by a stranger
+    (another cluster, a stale daemon whose pid file was deleted), naming the way out."""
+    for service in to_start:
+        if _port_open(service.port):
+            raise ClusterError(
+                f"{service.name}: {HOST}:{service.port} is already in use by a process that "
+                f"{cluster.pids_dir} does not list; stop it, or choose other ports "
+                f"(LAKEPREP_*_PORT) or another LAKEPREP_CLUSTER_DIR"
+            )
+
+
+def _start(cluster: Cluster, service: Service) -> int:
+    """Launch a daemon in its own session (it outlives the CLI), logging to logs/<name>.log."""
+    argv, env = launch_command(cluster, service)
+    log_path = _log_file(cluster, service.name)
+    with log_path.open("ab") as log:
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {service.name}\n".encode())
+        log.flush()
+        child = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+            cwd=cluster.state_dir,
+            start_new_session=True,
+        )
+    _children[child.pid] = child
+    _pid_file(cluster, service).write_text(f"{child.pid}\n")
+    return child.pid
+
+
+def _stop(cluster: Cluster, service: Service) -> bool:
+    """SIGTERM, then SIGKILL after a grace period; only if the pid is still our daemon."""
+    pid_file = _pid_file(cluster, service)
+    pid = running_pid(cluster, service)
+    if pid is not None:
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and _is_our_process(pid, cluster, service):
+                time.sleep(0.2)
+            if not _is_our_process(pid, cluster, service):
+                break
+        else:
+            raise ClusterError(f"{service.name} (pid {pid}) survived SIGKILL")
+    pid_file.unlink(missing_ok=True)
+    return pid is not None
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+class Response(NamedTuple):
+    status: int
+    location: str | None
+    body: bytes
+
+
+def _http(method: str, url: str, body: bytes | None = None) -> Response:
+    """One HTTP request without following redirects: WebHDFS's 307s are part of the check."""
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    try:
+        connection.request(method, f"{parts.path}?{parts.query}", body=body)
+        response = connection.getresponse()
+        return Response(response.status, response.getheader("Location"), response.read())
+    finally:
+        connection.close()
+
+
+def _webhdfs_url(cluster: Cluster, path: str, op: str, **params: str) -> str:
+    query = urllib.parse.urlencode({"op": op, "user.name": cluster.user, **params})
+    return f"http://{HOST}:{cluster.ports.nn_http}/webhdfs/v1{path}?{query}"
+
+
+def _wait(
+    cluster: Cluster,
+    what: str,
+    endpoint: str,
+    probe: Callable[[Cluster], str | None],
+    watched: Sequence[Service],
+    log_of: Service,
+) -> None:
+    """Poll probe(cluster) (None = ready, else why not) until WAIT_TIMEOUT_S; fail fast if a
+    watched daemon dies. Errors carry the endpoint and the tail of the relevant log."""
+    deadline = time.monotonic() + WAIT_TIMEOUT_S
+    why = "not tried"
+    while True:
+        dead = [service for service in watched if running_pid(cluster, service) is None]
+        if dead:
+            raise ClusterError(
+                f"{dead[0].name} exited while waiting for {what} at {endpoint}\n"
+                + _tail(_log_file(cluster, dead[0].name))
+            )
+        try:
+            why = probe(cluster)
+        except (OSError, ValueError, KeyError, IndexError) as err:  # refused, reset, bad JSON
+            why = f"{type(err).__name__}: {err}"
+        if why is None:
+            return
+        if time.monotonic() > deadline:
+            raise ClusterError(
+                f"timed out after {WAIT_TIMEOUT_S:.0f} s waiting for {what} at {endpoint}: {why}\n"
+                + _tail(_log_file(cluster, log_of.name))
+            )
+        time.sleep(0.5)
+
+
+def _namenode_answers(cluster: Cluster) -> str | None:
+    response = _http("GET", _webhdfs_url(cluster, "/", "GETFILESTATUS"))
+    return None if response.status == 200 else f"GETFILESTATUS / returned {response.status}"
+
+
+def _namenode_operational(cluster: Cluster) -> str | None:
+    """Safe mode off and one live DataNode, from the NameNode's JMX servlet."""
+    query = "Hadoop:service=NameNode,name=FSNamesystemState"
+    url = f"http://{HOST}:{cluster.ports.nn_http}/jmx?qry={query}"
+    response = _http("GET", url)
+    state = json.loads(response.body)["beans"][0]
+    if state["FSState"] != "Operational":
+        return f"FSState is {state['FSState']!r} (safe mode)"
+    if state["NumLiveDataNodes"] < 1:
+        return "no live DataNode registered yet"
+    return None
+
+
+def _webhdfs_round_trip(cluster: Cluster) -> str | None:
+    """Write, read and delete a file the way WebHDFS clients do, through the DataNode
+    redirect: this is what Airflow's WebHDFSHook needs, and the strongest readiness sign."""
+    path = "/tmp/.lakeprep-cluster-probe"
+    payload = f"probe {time.time()}".encode()
+    create = _http("PUT", _webhdfs_url(cluster, path, "CREATE", overwrite="true"))
+    if create.status != 307 or not create.location:
+        return f"CREATE {path} answered {create.status}, not a 307 to a DataNode"
+    written = _http("PUT", create.location, body=payload)
+    if written.status != 201:
+        return f"DataNode write to {create.location} answered {written.status}: {written.body[:300]!r}"
+    opened = _http("GET", _webhdfs_url(cluster, path, "OPEN"))
+    if opened.status != 307 or not opened.location:
+        return f"OPEN {path} answered {opened.status}, not a 307 to a DataNode"
+    read = _http("GET", opened.location)
+    if read.status != 200 or read.body != payload:
+        return f"DataNode read from {opened.location} answered {read.status}: {read.body[:300]!r}"
+    deleted = _http("DELETE", _webhdfs_url(cluster, path, "DELETE"))
+    if deleted.status != 200 or json.loads(deleted.body) != {"boolean": True}:
+        return f"DELETE {path} answered {deleted.status}: {deleted.body[:300]!r}"
+    return None
+
+
+def _spark_master_state(cluster: Cluster) -> dict:
+    url = f"http://{HOST}:{cluster.ports.spark_master_ui}/json/"
+    return json.loads(_http("GET", url).body)
+
+
+def _spark_master_alive(cluster: Cluster) -> str | None:
+    status = _spark_master_state(cluster).get("status")
+    return None if status == "ALIVE" else f"master status is {status!r}"
+
+
+def _spark_worker_alive(cluster: Cluster) -> str | None:
+    workers = _spark_master_state(cluster).get("workers", [])
+    alive = [worker for worker in workers if worker.get("state") == "ALIVE"]
+    return None if alive else f"no ALIVE worker yet ({len(workers)} known)"
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def _format_if_new(cluster: Cluster, namenode: Service) -> bool:
+    """Format the namespace on first use only (an empty name dir), never over data."""
+    if cluster.name_dir.is_dir() and any(cluster.name_dir.iterdir()):
+        return False
+    # Blocks of an older namespace would make the DataNode refuse the new cluster ID.
+    if cluster.datanode_dir.exists():
+        shutil.rmtree(cluster.datanode_dir)
+    log_path = _log_file(cluster, "namenode-format")
+    with log_path.open("ab") as log:
+        done = subprocess.run(
+            [*launch_command(cluster, namenode)[0], "-format", "-nonInteractive", "-force"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cluster.state_dir,
+            timeout=WAIT_TIMEOUT_S,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise ClusterError(f"NameNode -format failed ({done.returncode})\n" + _tail(log_path))
+    return True
+
+
+def _create_lake_dirs(cluster: Cluster) -> None:
+    """/lake, /tmp and the user's home, writable by anyone (as a shared scratch cluster)."""
+    for path, mode in (("/lake", "777"), ("/tmp", "1777"), (f"/user/{cluster.user}", "777")):
+        for op, params in (("MKDIRS", {}), ("SETPERMISSION", {"permission": mode})):
+            response = _http("PUT", _webhdfs_url(cluster, path, op, **params))
+            if response.status != 200:
+                raise ClusterError(f"WebHDFS {op} {path} answered {response.status}: {response.body!r}")
+
+
+def _start_unless_running(cluster: Cluster, service: Service) -> bool:
+    """Start the service unless its pid file names a live daemon; True if it started it."""
+    if running_pid(cluster, service) is not None:
+        return False
+    _start(cluster, service)
+    return True
+
+
+def _wait_for_hdfs(
+    cluster: Cluster, namenode: Service, datanode: Service, watched: Sequence[Service]
+) -> None:
+    """NameNode answering, then safe mode off with a live DataNode, then a real write."""
+    ports = cluster.ports
+    webhdfs = f"http://{HOST}:{ports.nn_http}/webhdfs/v1/"
+    _wait(cluster, "the NameNode", webhdfs, _namenode_answers, watched, namenode)
+    _wait(
+        cluster,
+        "safe mode off and a live DataNode",
+        f"http://{HOST}:{ports.nn_http}/jmx",
+        _namenode_operational,
+        watched,
+        datanode,
+    )
+    _wait(
+        cluster,
+        "a WebHDFS write/read/delete via the DataNode",
+        f"{webhdfs} -> http://{HOST}:{ports.dn_http}",
+        _webhdfs_round_trip,
+        watched,
+        datanode,
+    )
+
+
+def up(state_dir: str | os.PathLike[str] | None = None) -> dict:
+    """Start whatever is not running yet and wait until HDFS and Spark really serve.
+
+    Idempotent: live daemons from the pid files are kept, so a second call only re-checks.
+    Returns ``{"state_dir", "pids": {service: pid}, "started": [service], "seconds", "env"}``.
+    """
+    began = time.monotonic()
+    cluster = cluster_config(state_dir)
+    fetch()
+    for folder in (cluster.logs_dir, cluster.pids_dir, cluster.data_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    write_configs(cluster)
+    everything = services(cluster)
+    namenode, datanode, master, worker = everything
+    _check_ports_free(cluster, [service for service in everything if running_pid(cluster, service) is None])
+    if running_pid(cluster, namenode) is None:
+        _format_if_new(cluster, namenode)
+
+    # Start early, wait late: JVM start-up is most of the time, so the daemons boot side
+    # by side. Only the worker waits for an ALIVE master before it starts, because its
+    # registration retries back off by 5-15 s.
+    started = [
+        service.name for service in (namenode, datanode, master) if _start_unless_running(cluster, service)
+    ]
+    master_json = f"http://{HOST}:{cluster.ports.spark_master_ui}/json/"
+    _wait(cluster, "the Spark master", master_json, _spark_master_alive, (namenode, datanode, master), master)
+    if _start_unless_running(cluster, worker):
+        started.append(worker.name)
+    _wait_for_hdfs(cluster, namenode, datanode, everything)
+    _create_lake_dirs(cluster)
+    _wait(cluster, "an ALIVE Spark worker", master_json, _spark_worker_alive, everything, worker)
+    return {
+        "state_dir": str(cluster.state_dir),
+        "pids": {service.name: running_pid(cluster, service) for service in everything},
+        "started": started,
+        "seconds": round(time.monotonic() - began, 1),
+        "env": client_env(cluster.state_dir),
+    }
+
+
+def down(state_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """Stop the daemons this state dir started, in reverse order; returns those stopped.
+
+    A pid file whose process is gone or is no longer ours is just removed.
+    """
+    cluster = cluster_config(state_dir)
+    return [service.name for service in reversed(services(cluster)) if _stop(cluster, service)]
+
+
+def stop_service(name: str, state_dir: str | os.PathLike[str] | None = None) -> bool:
+    """Stop one daemon, e.g. the NameNode to test how clients fail; ``up()`` restarts it.
+
+    Returns whether it was running.
+    """
+    cluster = cluster_config(state_dir)
+    by_name = {service.name: service for service in services(cluster)}
+    if name not in by_name:
+        raise ClusterError(f"unknown service {name!r}; expected one of {sorted(by_name)}")
+    return _stop(cluster, by_name[name])
+
+
+def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, dict]:
+    """Per service: pid (None if not running), endpoint, and up (ours and listening)."""
+    cluster = cluster_config(state_dir)
+    report = {}
+    for service in services(cluster):
+        pid = running_pid(cluster, service)
+        report[service.name] = {
+            "pid": pid,
+            "endpoint": service.endpoint,
+            "up": pid is not None and _port_open(service.port),
+        }
+    return report
+
+
+def client_env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Environment for clients of this cluster: Airflow connections/variables, Spark, HDFS."""
+    cluster = cluster_config(state_dir)
+    ports = cluster.ports
+    webhdfs = {"conn_type": "webhdfs", "host": HOST, "port": ports.nn_http, "login": cluster.user}
+    return {
+        "AIRFLOW_CONN_WEBHDFS_DEFAULT": json.dumps(webhdfs),
+        # SparkSubmitHook turns conn_type spark + host + port into spark://127.0.0.1:7077.
+        "AIRFLOW_CONN_SPARK_DEFAULT": f"spark://{HOST}:{ports.spark_master}",
+        "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": f"hdfs://{HOST}:{ports.nn_rpc}/lake",
+        "HADOOP_CONF_DIR": str(cluster.client_conf_dir),
+        # The driver must be reachable by the executors and bound to loopback like the rest.
+        "SPARK_LOCAL_IP": HOST,
+    }
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _print_status(report: dict[str, dict]) -> None:
+    for name, row in report.items():
+        pid = str(row["pid"]) if row["pid"] else "-"
+        print(f"{name:<13} {'up' if row['up'] else 'down':<5} pid {pid:<8} {row['endpoint']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("fetch", "up", "down", "status", "env"))
+    command = parser.parse_args(argv).command
+    try:
+        if command == "fetch":
+            began = time.monotonic()
+            ran = fetch()
+            print(f"{DIST}: {'fetched' if ran else 'already complete'} ({time.monotonic() - began:.1f} s)")
+        elif command == "up":
+            result = up()
+            _print_status(status())
+            print(f"up in {result['seconds']} s; started: {', '.join(result['started']) or 'nothing'}")
+            print('clients: eval "$(python hadoop/cluster.py env)"')
+        elif command == "down":
+            stopped = down()
+            print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        elif command == "status":
+            report = status()
+            _print_status(report)
+            return 0 if all(row["up"] for row in report.values()) else EXIT_NOT_ALL_UP
+        else:
+            for name, value in client_env().items():
+                print(f"export {name}={shlex.quote(value)}")
+    except ClusterError as err:
+        print(f"cluster {command}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
