@@ -123,15 +123,15 @@ def list_files(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
     """(uri, bytes) of the plain files directly under `uri`."""
     fs, path = _jvm_path(spark, uri)
     return sorted(
-        (str(st.getPath().toString()), int(st.getLen()))
-        for st in fs.listStatus(path)
-        if st.isFile()
+        (str(st.getPath().toString()), int(st.getLen())) for st in fs.listStatus(path) if st.isFile()
     )
 
 
 def rename(spark: SparkSession, src: str, dst: str) -> None:
     fs, src_path = _jvm_path(spark, src)
     _, dst_path = _jvm_path(spark, dst)
+    # HDFS refuses (returns false) to rename into a missing folder; the local FS creates it.
+    fs.mkdirs(dst_path.getParent())
     if not fs.rename(src_path, dst_path):
         raise OSError(f"could not rename {src} to {dst}")
 
@@ -148,10 +148,10 @@ def read_report(spark: SparkSession, partition: str) -> dict[str, Any]:
 class PartitionCommit:
     """Stage a partition in a hidden sibling folder, then swap it in.
 
-        with PartitionCommit(spark, output) as staging:
-            df.write.parquet(staging)          # plus anything else under staging
-            write_report(...)
-        # now `output` is the new partition; on error the staging folder is removed
+    with PartitionCommit(spark, output) as staging:
+        df.write.parquet(staging)          # plus anything else under staging
+        write_report(...)
+    # now `output` is the new partition; on error the staging folder is removed
 
     """
 

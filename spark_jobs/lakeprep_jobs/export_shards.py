@@ -130,7 +130,14 @@ def assign_shards(numbered: DataFrame, plan: SplitPlan, p: ExportParams) -> Data
         kept = numbered.filter(F.col("_idx") < plan.rows)
     else:
         pad = plan.rows - plan.rows_available  # < world_size rows repeated from the start
-        extra = numbered.filter(F.col("_idx") < pad).withColumn("_idx", F.col("_idx") + plan.rows_available)
+        # More than one copy when the split has fewer rows than the padding (1 row, world_size 3).
+        copies = math.ceil(pad / plan.rows_available)
+        extra = (
+            numbered.withColumn("_copy", F.explode(F.sequence(F.lit(1), F.lit(copies))))
+            .withColumn("_idx", F.col("_idx") + F.col("_copy") * plan.rows_available)
+            .filter(F.col("_idx") < plan.rows)
+            .drop("_copy")
+        )
         kept = numbered.unionByName(extra)
     w = p.world_size
     local = (F.col("_idx") / w).cast("long")
@@ -160,9 +167,25 @@ def feature_schema(columns: list[str], p: ExportParams, text_len: dict[str, int]
         if c.startswith("num__"):
             out.append({"name": c, "role": "numeric", "dtype": "float32", "shape": []})
         elif c.startswith("cat__"):
-            out.append({"name": c, "role": "categorical", "dtype": "int32", "shape": [], "cardinality": p.categorical_buckets})
+            out.append(
+                {
+                    "name": c,
+                    "role": "categorical",
+                    "dtype": "int32",
+                    "shape": [],
+                    "cardinality": p.categorical_buckets,
+                }
+            )
         elif c.startswith("txt__"):
-            out.append({"name": c, "role": "text", "dtype": "int32", "shape": [text_len[c]], "vocab_size": p.text_vocab_size})
+            out.append(
+                {
+                    "name": c,
+                    "role": "text",
+                    "dtype": "int32",
+                    "shape": [text_len[c]],
+                    "vocab_size": p.text_vocab_size,
+                }
+            )
     return out
 
 
@@ -180,8 +203,14 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
             json.dumps([(f.rsplit("/", 1)[-1], n) for f, n in files]).encode()
         ).hexdigest()
         report = common.read_report(spark, uri)
-        sources.append({"uri": uri, "rows": report["rows_out"], "fingerprint": fingerprint,
-                        "bytes": sum(n for f, n in files if f.endswith(".parquet"))})
+        sources.append(
+            {
+                "uri": uri,
+                "rows": report["rows_out"],
+                "fingerprint": fingerprint,
+                "bytes": sum(n for f, n in files if f.endswith(".parquet")),
+            }
+        )
     union = frames[0].select(*common_cols)
     for f in frames[1:]:
         union = union.unionByName(f.select(*common_cols))
@@ -227,8 +256,10 @@ def write_split(
     }
     sums = {
         r[0].rsplit("/", 1)[-1]: (int(r[1]), r[2])
-        for r in spark.read.format("binaryFile").load(out_dir)
-        .select("path", "length", F.sha2("content", 256)).collect()
+        for r in spark.read.format("binaryFile")
+        .load(out_dir)
+        .select("path", "length", F.sha2("content", 256))
+        .collect()
     }
     for e in entries:
         name = e["path"].rsplit("/", 1)[-1]
@@ -241,10 +272,14 @@ def write_split(
 
 
 def class_weights(counts: dict[str, int]) -> dict[str, float]:
-    """Balanced weights n / (classes * n_c), as scikit-learn's `class_weight='balanced'`."""
+    """Balanced weights n / (classes present * n_c), as scikit-learn's `class_weight='balanced'`.
+
+    A class with no training rows contributes nothing to the loss; it gets weight 1.0 so
+    every class of `label.classes` has a positive weight (docs/MANIFEST.md).
+    """
     total = sum(counts.values())
     present = {c: n for c, n in counts.items() if n}
-    return {c: round(total / (len(present) * n), 6) for c, n in present.items()}
+    return {c: round(total / (len(present) * n), 6) if n else 1.0 for c, n in counts.items()}
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
@@ -252,7 +287,10 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
 
     window, sources, missing = read_window(spark, inputs)
     window = window.cache()  # counted per split and class, then numbered and written per split
-    counts = {(r["split"], str(r["label"])): int(r["count"]) for r in window.groupBy("split", "label").count().collect()}
+    counts = {
+        (r["split"], str(r["label"])): int(r["count"])
+        for r in window.groupBy("split", "label").count().collect()
+    }
     text_cols = [c for c in window.columns if c.startswith("txt__")]
     text_len = {}
     if text_cols:
@@ -267,10 +305,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
         for split in SPLITS:
             available = sum(n for (s, _), n in counts.items() if s == split)
             plan = plan_split(available, total_bytes * available / rows_in if rows_in else 0, p)
-            if split == "train" and plan.rows_per_rank == 0:
+            if split in ("train", "validation") and plan.rows_per_rank == 0:
                 raise ValueError(
-                    f"export {output}: the train split has {available} rows, fewer than "
-                    f"world_size {p.world_size}; every rank needs at least one row"
+                    f"export {output}: the {split} split has {available} rows, fewer than "
+                    f"world_size {p.world_size}; every rank needs at least one row "
+                    f"(widen export_shards.window_days or the sample fractions)"
                 )
             shards = write_split(spark, window.filter(F.col("split") == split), split, plan, staging, p)
             splits[split] = {

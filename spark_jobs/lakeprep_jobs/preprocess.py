@@ -70,7 +70,9 @@ def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]])
         keys = ref["join_keys"]
         dtypes = dict(df.dtypes)
         right = table.select(
-            *[F.col(k).cast(dtypes[k]).alias(k) for k in keys],
+            # try_cast: an unparseable key in a reference table means "no match" (counted in
+            # the report), not a failed day (Spark 4's ANSI cast would raise).
+            *[F.col(k).try_cast(dtypes[k]).alias(k) for k in keys],
             *[F.expr(c["expr"]).alias(c["name"]) for c in ref["columns"]],
         ).dropDuplicates(keys)
         right = right.withColumn(f"_matched__{ref['name']}", F.lit(True))
@@ -96,7 +98,9 @@ def text_ids(df: DataFrame, columns: Sequence[str], vocab: int, max_tokens: int)
     for c in columns:
         tmp_in, tmp_tok = f"_text__{c}", f"_tokens__{c}"
         df = df.withColumn(tmp_in, F.coalesce(F.col(c).cast("string"), F.lit("")))
-        df = RegexTokenizer(inputCol=tmp_in, outputCol=tmp_tok, pattern=r"[^\p{L}\p{N}]+", toLowercase=True).transform(df)
+        df = RegexTokenizer(
+            inputCol=tmp_in, outputCol=tmp_tok, pattern=r"[^\p{L}\p{N}]+", toLowercase=True
+        ).transform(df)
         ids = F.transform(F.col(tmp_tok), lambda t: (F.pmod(F.xxhash64(t), F.lit(vocab - 1)) + 1).cast("int"))
         padded = F.slice(F.concat(ids, F.array_repeat(F.lit(0), max_tokens)), 1, max_tokens)
         df = (
@@ -110,11 +114,16 @@ def text_ids(df: DataFrame, columns: Sequence[str], vocab: int, max_tokens: int)
 def fit_numeric(df: DataFrame, columns: Sequence[str], strategy: str) -> PipelineModel:
     """Fit Imputer -> VectorAssembler -> StandardScaler on the numeric columns."""
     from pyspark.ml import Pipeline
-    from pyspark.ml.feature import Imputer, StandardScaler, VectorAssembler
+    from pyspark.ml.feature import Imputer, SQLTransformer, StandardScaler, VectorAssembler
 
+    # Imputer casts its output back to the input type, so an integer column would get the
+    # fill truncated (mean 2.33 applied as 2) while `_transform.json` records 2.33: impute doubles.
+    doubles = [f"_dbl__{c}" for c in columns]
+    as_double = ", ".join(f"CAST(`{c}` AS DOUBLE) AS `{d}`" for c, d in zip(columns, doubles, strict=True))
     imputed = [f"_imp__{c}" for c in columns]
     stages = [
-        Imputer(inputCols=list(columns), outputCols=imputed, strategy=strategy),
+        SQLTransformer(statement=f"SELECT *, {as_double} FROM __THIS__"),
+        Imputer(inputCols=doubles, outputCols=imputed, strategy=strategy),
         VectorAssembler(inputCols=imputed, outputCol="_num_vec", handleInvalid="keep"),
         StandardScaler(inputCol="_num_vec", outputCol="_num_scaled", withMean=True, withStd=True),
     ]
@@ -129,13 +138,14 @@ def apply_numeric(df: DataFrame, model: PipelineModel, columns: Sequence[str]) -
     out = model.transform(df).withColumn("_num_arr", vector_to_array("_num_scaled"))
     for i, c in enumerate(columns):
         out = out.withColumn(f"num__{c}", F.col("_num_arr")[i])
-    return out.drop("_num_vec", "_num_scaled", "_num_arr", *[f"_imp__{c}" for c in columns])
+    temporary = [f"_{t}__{c}" for t in ("dbl", "imp") for c in columns]
+    return out.drop("_num_vec", "_num_scaled", "_num_arr", *temporary)
 
 
 def numeric_state(model: PipelineModel, columns: Sequence[str]) -> dict[str, dict[str, float]]:
     """The fitted values, portable: what `_transform.json` records per numeric column."""
-    imputer, _, scaler = model.stages
-    fill = imputer.surrogateDF.collect()[0].asDict()
+    _, imputer, _, scaler = model.stages
+    fill = {k.removeprefix("_dbl__"): v for k, v in imputer.surrogateDF.collect()[0].asDict().items()}
     mean, std = scaler.mean.toArray(), scaler.std.toArray()
     return {
         c: {"fill": float(fill[c]), "mean": float(mean[i]), "std": float(std[i])}
@@ -170,8 +180,14 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
 
     aggs = [F.count(F.lit(1)).alias("rows")]
     aggs += [F.count(f"_matched__{r['name']}").alias(f"matched__{r['name']}") for r in p.references]
-    aggs += [F.sum((F.col(f"_ntok__{c}") > p.text_max_tokens).cast("int")).alias(f"truncated__{c}") for c in p.text]
-    aggs += [F.count(c).alias(f"present__{c}") for c in p.numeric]
+    aggs += [
+        F.sum((F.col(f"_ntok__{c}") > p.text_max_tokens).cast("int")).alias(f"truncated__{c}") for c in p.text
+    ]
+    # NaN counts as missing too: an all-NaN column cannot be imputed either.
+    aggs += [
+        F.count(F.nanvl(F.col(c).cast("double"), F.lit(None).cast("double"))).alias(f"present__{c}")
+        for c in p.numeric
+    ]
     stats = joined.agg(*aggs).collect()[0].asDict()
     rows = int(stats["rows"])
     usable = [c for c in p.numeric if stats[f"present__{c}"] > 0]
@@ -212,7 +228,9 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
             raise RuntimeError(f"partition {output}: wrote {written} rows, expected {rows}")
         if model is not None:
             model.write().overwrite().save(f"{staging}/_model")
-        common.write_text(spark, f"{staging}/_transform.json", json.dumps(transform, indent=2, sort_keys=True))
+        common.write_text(
+            spark, f"{staging}/_transform.json", json.dumps(transform, indent=2, sort_keys=True)
+        )
         common.write_report(spark, staging, report)
     joined.unpersist()
     return report

@@ -107,9 +107,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
             "class_counts_after": {
                 str(c): sum(n for (_, lbl), n in after.items() if lbl == str(c)) for c in p.label_classes
             },
-            "splits": {
-                s: {str(c): after.get((s, str(c)), 0) for c in p.label_classes} for s in SPLITS
-            },
+            "splits": {s: {str(c): after.get((s, str(c)), 0) for c in p.label_classes} for s in SPLITS},
         }
         common.write_report(spark, staging, report)
     return report

@@ -113,7 +113,9 @@ def check_columns(raw_columns: Sequence[str], p: ValidateParams, where: str) -> 
     present = set(raw_columns)
     missing = [c["name"] for c in p.columns if c["name"] not in present]
     if missing:
-        raise ContractError(f"partition {where}: required column(s) {missing} missing; found {sorted(present)}")
+        raise ContractError(
+            f"partition {where}: required column(s) {missing} missing; found {sorted(present)}"
+        )
     contract = {c["name"] for c in p.columns}
     return sorted(c for c in raw_columns if c not in contract and c not in (CORRUPT, SOURCE_FILE))
 
@@ -190,7 +192,12 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) 
     from pyspark.sql import functions as F
 
     where = ", ".join(inputs)
-    files = [f for src in inputs for f, _ in common.list_files(spark, src) if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
+    files = [
+        f
+        for src in inputs
+        for f, _ in common.list_files(spark, src)
+        if not f.rsplit("/", 1)[-1].startswith(("_", "."))
+    ]
     if not files:
         if not p.allow_empty:
             raise ContractError(f"partition {where}: no data files (empty partition)")
@@ -214,8 +221,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) 
             # Cached: counted by reason once, then written as two outputs.
             flagged = flag_rows(raw, p).cache()
             by_reason = {
-                (r[0] or ""): int(r[1])
-                for r in flagged.groupBy(reason_kind(F.col(REASON))).count().collect()
+                (r[0] or ""): int(r[1]) for r in flagged.groupBy(reason_kind(F.col(REASON))).count().collect()
             }
             valid_rows = by_reason.pop("", 0)
             quarantined = sum(by_reason.values())
@@ -230,9 +236,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) 
             rows_in = valid_rows + quarantined
             # Read back what was written (Parquet footers only): nothing lost on the way.
             written = spark.read.parquet(staging).count()
-            written_q = (
-                spark.read.parquet(f"{staging}/{common.QUARANTINE_DIR}").count() if quarantined else 0
-            )
+            written_q = spark.read.parquet(f"{staging}/{common.QUARANTINE_DIR}").count() if quarantined else 0
             if (written, written_q) != (valid_rows, quarantined):
                 raise RuntimeError(
                     f"partition {where}: accounting mismatch: read {rows_in} rows, expected "

@@ -118,7 +118,8 @@ def test_incomplete_input_partition_fails_before_submission(tmp_path):
     (part / "part-0.parquet").write_bytes(b"x")
     op = make_op(lake_root=f"file://{tmp_path}")
     inputs, _ = op.prepare_submission("r")
-    with pytest.raises(FileNotFoundError, match=r"stage sample needs a complete partition: .*_SUCCESS missing"):
+    needs = r"stage sample needs a complete partition: .*_SUCCESS missing"
+    with pytest.raises(FileNotFoundError, match=needs):
         op._check_input(inputs[-1])
     (part / "_SUCCESS").write_text("")
     op._check_input(inputs[-1])

@@ -358,7 +358,10 @@ def _parse_plan(raw: Any, where: str, problems: list[str]) -> Plan | None:
 def _parse_shards(
     raw: Any, where: str, folder: str, plan: Plan | None, problems: list[str]
 ) -> tuple[Shard, ...] | None:
-    if not isinstance(raw, list) or not raw:
+    # An empty split (rows 0, e.g. a test split of a tiny window) has no shards; any other
+    # split needs some.
+    empty_ok = plan is not None and plan.rows_per_rank == 0
+    if not isinstance(raw, list) or (not raw and not empty_ok):
         problems.append(f"{where}.shards: expected a non-empty list, got {_kind(raw)}")
         return None
     n_before = len(problems)

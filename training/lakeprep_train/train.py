@@ -239,7 +239,8 @@ def fit(manifest: Manifest, args: argparse.Namespace, env: DistributedEnv, devic
     if env.rank != 0:
         return
 
-    test = evaluate_split(model, manifest, "test", device) if "test" in manifest.splits else None
+    has_test = "test" in manifest.splits and manifest.splits["test"].rows > 0
+    test = evaluate_split(model, manifest, "test", device) if has_test else None
     report = summarize(
         summaries,
         device=device.type,

@@ -1,0 +1,314 @@
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lakeprep_jobs import common, export_shards
+from lakeprep_jobs.export_shards import ExportParams, SplitPlan
+from lakeprep_train.manifest import load_manifest, verify_shards
+
+SCHEMA = "id string, label int, num__x double, cat__c int, txt__t array<int>, split string"
+MIB = 1 << 20
+
+
+def params(**kw) -> ExportParams:
+    base = dict(
+        dataset="flights",
+        logical_date="2013-01-03",
+        run_id="manual__2013-01-03T00:00:00+00:00",
+        config_hash="c0ffee",
+        world_size=2,
+        label_classes=[0, 1],
+        categorical_buckets=64,
+        text_vocab_size=128,
+        window_days=3,
+        batch_size=2,
+    )
+    base.update(kw)
+    return ExportParams(**base)
+
+
+# ------------------------------------------------------------------------- plan_split
+
+
+@pytest.mark.parametrize(
+    ("remainder", "world_size", "available", "rows", "per_rank", "steps"),
+    [
+        ("drop", 1, 11, 11, 11, 3),
+        ("drop", 2, 11, 10, 5, 2),
+        ("drop", 3, 11, 9, 3, 1),
+        ("drop", 3, 2, 0, 0, 0),
+        ("pad", 1, 11, 11, 11, 3),
+        ("pad", 2, 11, 12, 6, 2),
+        ("pad", 3, 11, 12, 4, 1),
+        ("pad", 3, 12, 12, 4, 1),
+        ("pad", 3, 1, 3, 1, 1),
+    ],
+)
+def test_plan_split_gives_every_rank_the_same_rows(remainder, world_size, available, rows, per_rank, steps):
+    plan = export_shards.plan_split(
+        available, 1000.0, params(world_size=world_size, remainder=remainder, batch_size=4)
+    )
+    assert (plan.rows_available, plan.rows, plan.rows_per_rank, plan.steps_per_rank) == (
+        available,
+        rows,
+        per_rank,
+        steps,
+    )
+    assert plan.shards_per_rank == (1 if rows else 0)
+
+
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+def test_plan_split_of_zero_rows_is_empty(remainder):
+    plan = export_shards.plan_split(0, 0.0, params(world_size=2, remainder=remainder))
+    assert plan == SplitPlan(rows_available=0, rows=0, rows_per_rank=0, steps_per_rank=0, shards_per_rank=0)
+
+
+def test_plan_split_sizes_shards_by_bytes_but_never_empty():
+    p = params(world_size=2, target_shard_mb=1)
+    # 10 MiB over 1000 rows, 1 MiB shards: 10 shards, 5 per rank.
+    assert export_shards.plan_split(1000, 10 * MIB, p).shards_per_rank == 5
+    # Dropping one row of 1001 keeps 1000/1001 of the bytes: still 5 per rank.
+    assert export_shards.plan_split(1001, 10 * MIB, p).shards_per_rank == 5
+    # 11 MiB needs 11 shards; rounded up to 6 per rank (12, a multiple of the world size).
+    assert export_shards.plan_split(1000, 11 * MIB, p).shards_per_rank == 6
+    # Never more shards than rows on a rank: each shard holds at least one row.
+    assert export_shards.plan_split(5, 10 * MIB, p).shards_per_rank == 2
+
+
+# ------------------------------------------------------------------- number_rows
+
+
+def ids_frame(spark, n: int, seed: int = 0):
+    ids = [f"id{i:04d}" for i in range(n)]
+    random.Random(seed).shuffle(ids)
+    return spark.createDataFrame([(i, k % 2) for k, i in enumerate(ids)], "id string, label int")
+
+
+def test_number_rows_is_dense_and_independent_of_partitioning(spark):
+    # More shuffle partitions than the session default, uncoalesced, so the per-partition
+    # offsets are exercised.
+    conf = {"spark.sql.shuffle.partitions": "5", "spark.sql.adaptive.coalescePartitions.enabled": "false"}
+    saved = {k: spark.conf.get(k) for k in conf}
+    try:
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        one = export_shards.number_rows(ids_frame(spark, 60, seed=1).repartition(1)).collect()
+        many = export_shards.number_rows(ids_frame(spark, 60, seed=2).repartition(7)).collect()
+    finally:
+        for k, v in saved.items():
+            spark.conf.set(k, v)
+
+    assert sorted(r["_idx"] for r in one) == list(range(60))
+    assert {r["id"]: r["_idx"] for r in one} == {r["id"]: r["_idx"] for r in many}
+    assert set(many[0].asDict()) == {"id", "label", "_idx"}
+
+
+def numbered(spark, n: int):
+    return spark.createDataFrame([(f"r{i}", i) for i in range(n)], "id string, _idx bigint")
+
+
+def test_assign_shards_drop_keeps_the_first_rows_and_balances_ranks(spark):
+    p = params(world_size=3)
+    plan = SplitPlan(rows_available=8, rows=6, rows_per_rank=2, steps_per_rank=1, shards_per_rank=2)
+    out = export_shards.assign_shards(numbered(spark, 8), plan, p).collect()
+
+    assert sorted(r["id"] for r in out) == [f"r{i}" for i in range(6)]
+    assert collections.Counter(r["_rank"] for r in out) == {0: 2, 1: 2, 2: 2}
+    assert {r["_shard"] for r in out} == set(range(6))
+    assert all(r["_shard"] % 3 == r["_rank"] for r in out)
+
+
+@pytest.mark.parametrize(("available", "world_size"), [(7, 3), (1, 3), (2, 4)])
+def test_assign_shards_pad_repeats_rows_to_equal_counts(spark, available, world_size):
+    p = params(world_size=world_size, remainder="pad")
+    plan = export_shards.plan_split(available, 1000.0, p)
+    out = export_shards.assign_shards(numbered(spark, available), plan, p).collect()
+
+    per_rank = collections.Counter(r["_rank"] for r in out)
+    assert per_rank == dict.fromkeys(range(world_size), plan.rows_per_rank)
+    assert len(out) == plan.rows > available
+    assert sorted(r["_idx"] for r in out) == list(range(plan.rows))
+    assert {r["id"] for r in out} == {f"r{i}" for i in range(available)}  # only repeats added
+    assert all(r["_shard"] % world_size == r["_rank"] for r in out)
+
+
+# ---------------------------------------------------------------------------- run()
+
+
+def land_day(spark, root: Path, day: str, rows: list[tuple]) -> str:
+    """A sampled partition as the sample stage leaves it: Parquet, _SUCCESS and the report."""
+    part = root / "sample" / f"dt={day}"
+    spark.createDataFrame(rows, SCHEMA).repartition(2).write.parquet(f"file://{part}")
+    assert (part / "_SUCCESS").exists()
+    (part / common.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
+    return f"file://{part}"
+
+
+def day_rows(day: str, train: int, validation: int, test: int) -> list[tuple]:
+    splits = ["train"] * train + ["validation"] * validation + ["test"] * test
+    return [
+        (f"{day}-{i}", i % 2, float(i), 1 + i % 5, [1 + i % 7, 3, 0], split) for i, split in enumerate(splits)
+    ]
+
+
+def window(spark, root: Path) -> list[str]:
+    """Three days; the oldest is missing. Train: 4 + 3 = 7 rows (odd), validation 4, test 4."""
+    land_day(spark, root, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
+    land_day(spark, root, "2013-01-03", day_rows("2013-01-03", 3, 2, 2))
+    return [f"file://{root}/sample/dt={d}" for d in ("2013-01-01", "2013-01-02", "2013-01-03")]
+
+
+def shard_rows(folder: Path, manifest: dict, split: str) -> dict[int, list[dict]]:
+    """Rows per rank, read from the shard files with pyarrow (rank = shard index % world size)."""
+    w = manifest["splits"][split]["plan"]["world_size"]
+    by_rank: dict[int, list[dict]] = collections.defaultdict(list)
+    files = sorted((folder / "shards" / split).glob("shard-*.parquet"))
+    for f in files:
+        index = int(f.stem.split("-")[1])
+        by_rank[index % w].extend(pq.read_table(f).to_pylist())
+    return by_rank
+
+
+def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tmp_path):
+    inputs = window(spark, tmp_path)
+    out_dir = tmp_path / "export" / "dt=2013-01-03"
+    report = export_shards.run(spark, inputs, f"file://{out_dir}", params(target_shard_mb=1e-6))
+
+    manifest_path = out_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["missing_partitions"] == [inputs[0]]
+    assert [s["uri"] for s in manifest["source_partitions"]] == inputs[1:]
+    assert [s["rows"] for s in manifest["source_partitions"]] == [8, 7]
+    assert [f["name"] for f in manifest["features"]] == ["num__x", "cat__c", "txt__t"]
+    assert manifest["features"][2]["shape"] == [3] and manifest["features"][1]["cardinality"] == 64
+
+    train = manifest["splits"]["train"]
+    assert (train["rows_available"], train["rows"]) == (7, 6)
+    assert train["plan"]["rows_per_rank"] == 3 and train["plan"]["steps_per_rank"] == 2
+    assert train["class_counts"] == {"0": 4, "1": 3}
+    assert manifest["class_weights"] == {"0": round(7 / 8, 6), "1": round(7 / 6, 6)}
+    for name, split in manifest["splits"].items():
+        assert len(split["shards"]) % 2 == 0 and len(split["shards"]) > 0, name
+        assert [s["rank"] for s in split["shards"]] == [i % 2 for i in range(len(split["shards"]))]
+
+    # Rows per rank, from the files themselves.
+    train_rows = shard_rows(out_dir, manifest, "train")
+    assert {r: len(v) for r, v in train_rows.items()} == {0: 3, 1: 3}
+    ids = [row["id"] for v in train_rows.values() for row in v]
+    assert len(set(ids)) == 6  # dropped, not repeated
+    assert all(i.startswith(("2013-01-02-", "2013-01-03-")) for i in ids)
+    for split in ("validation", "test"):
+        assert {r: len(v) for r, v in shard_rows(out_dir, manifest, split).items()} == {0: 2, 1: 2}
+
+    # Manifest entries match the bytes on disk.
+    on_disk = sorted(p.relative_to(out_dir).as_posix() for p in out_dir.glob("shards/*/*.parquet"))
+    listed = sorted(s["path"] for split in manifest["splits"].values() for s in split["shards"])
+    assert listed == on_disk
+    for split in manifest["splits"].values():
+        for s in split["shards"]:
+            data = (out_dir / s["path"]).read_bytes()
+            assert s["bytes"] == len(data)
+            assert s["sha256"] == hashlib.sha256(data).hexdigest()
+            assert s["rows"] == pq.read_metadata(out_dir / s["path"]).num_rows
+
+    schema = pq.read_schema(out_dir / train["shards"][0]["path"])
+    assert schema.field("id").type == pa.string()
+    assert schema.field("label").type == pa.int32()
+    assert schema.field("num__x").type == pa.float32()
+    assert schema.field("cat__c").type == pa.int32()
+    assert schema.field("txt__t").type.value_type == pa.int32()
+    assert "split" not in schema.names and "_shard" not in schema.names
+
+    assert (out_dir / "_SUCCESS").exists()
+    assert json.loads((out_dir / common.REPORT_NAME).read_text()) == report
+    assert report["rows_in"] == 15 and report["rows_out"] == 14 and report["rows_dropped_for_balance"] == 1
+    assert not [p for p in out_dir.rglob("*") if p.name.startswith("_tmp_")]
+
+    # The cross-runtime contract: the trainer's own checker finds nothing wrong.
+    loaded = load_manifest(str(manifest_path))
+    assert verify_shards(loaded) == []
+    assert loaded.split("train").plan.rows_per_rank == 3
+
+
+def test_pad_mode_repeats_rows_to_equal_counts(spark, tmp_path):
+    # Train 4 + 3 = 7 rows; validation has a single row, fewer than the 2 repeats it needs.
+    land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 1, 2))
+    land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 3, 0, 2))
+    inputs = [f"file://{tmp_path}/sample/dt={d}" for d in ("2013-01-02", "2013-01-03")]
+    out_dir = tmp_path / "export" / "dt=2013-01-03"
+    export_shards.run(spark, inputs, f"file://{out_dir}", params(world_size=3, remainder="pad"))
+
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    assert (train["rows_available"], train["rows"], train["plan"]["rows_per_rank"]) == (7, 9, 3)
+    by_rank = shard_rows(out_dir, manifest, "train")
+    assert {r: len(v) for r, v in by_rank.items()} == {0: 3, 1: 3, 2: 3}
+    ids = collections.Counter(row["id"] for v in by_rank.values() for row in v)
+    assert len(ids) == 7 and sorted(ids.values()) == [1] * 5 + [2] * 2
+    validation = shard_rows(out_dir, manifest, "validation")
+    assert {r: [row["id"] for row in v] for r, v in validation.items()} == {
+        0: ["2013-01-02-4"],
+        1: ["2013-01-02-4"],
+        2: ["2013-01-02-4"],
+    }
+    assert manifest["splits"]["test"]["rows"] == 6
+    assert verify_shards(load_manifest((out_dir / "manifest.json").as_uri())) == []
+
+
+def test_missing_own_day_fails_clearly(spark, tmp_path):
+    land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
+    own = f"file://{tmp_path}/sample/dt=2013-01-03"
+    with pytest.raises(FileNotFoundError, match="run's own sampled partition .*dt=2013-01-03"):
+        export_shards.run(
+            spark, [f"file://{tmp_path}/sample/dt=2013-01-02", own], f"file://{tmp_path}/export/x", params()
+        )
+    assert not (tmp_path / "export" / "x").exists()
+
+
+def test_run_twice_gives_the_same_export(spark, tmp_path):
+    inputs = window(spark, tmp_path)
+    out_dir = tmp_path / "export" / "dt=2013-01-03"
+    export_shards.run(spark, inputs, f"file://{out_dir}", params())
+    first = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
+
+    export_shards.run(spark, inputs, f"file://{out_dir}", params())
+    second = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
+
+    assert Path("manifest.json") in second
+    assert sorted(second) == sorted(first)
+    assert json.loads(second[Path("manifest.json")]) == json.loads(first[Path("manifest.json")])
+    assert second == first
+    assert not list((tmp_path / "export" / "_staging").iterdir())
+
+
+def test_empty_test_split_and_absent_class_still_give_a_manifest_the_trainer_accepts(spark, tmp_path):
+    # Only label 0 rows in train (ids with even i), no test rows at all.
+    rows = [r for r in day_rows("2013-01-03", 6, 2, 0) if r[5] != "train" or r[1] == 0]
+    land_day(spark, tmp_path, "2013-01-03", rows)
+    out_dir = tmp_path / "export" / "dt=2013-01-03"
+    export_shards.run(
+        spark, [f"file://{tmp_path}/sample/dt=2013-01-03"], f"file://{out_dir}", params(world_size=2)
+    )
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["splits"]["test"]["rows"] == 0 and manifest["splits"]["test"]["shards"] == []
+    assert manifest["class_weights"] == {"0": 1.0, "1": 1.0}
+    assert verify_shards(load_manifest((out_dir / "manifest.json").as_uri())) == []
+
+
+def test_validation_split_smaller_than_world_size_is_refused(spark, tmp_path):
+    land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 6, 1, 2))
+    with pytest.raises(ValueError, match="the validation split has 1 rows, fewer than world_size 2"):
+        export_shards.run(
+            spark,
+            [f"file://{tmp_path}/sample/dt=2013-01-03"],
+            f"file://{tmp_path}/export/x",
+            params(world_size=2),
+        )
