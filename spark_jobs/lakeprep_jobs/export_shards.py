@@ -195,9 +195,11 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
     if not present or present[-1] != inputs[-1]:
         raise FileNotFoundError(f"export needs the run's own sampled partition {inputs[-1]} (with _SUCCESS)")
     frames = [spark.read.parquet(u) for u in present]
+    # Features kept on every day of the window (select_features decides per day); a
+    # feature missing on some day is left out and listed per source as `absent_columns`.
     common_cols = [c for c in frames[-1].columns if all(c in f.columns for f in frames)]
     sources = []
-    for uri in present:
+    for uri, frame in zip(present, frames, strict=True):
         files = common.list_files(spark, uri)
         fingerprint = hashlib.sha256(
             json.dumps([(f.rsplit("/", 1)[-1], n) for f, n in files]).encode()
@@ -209,6 +211,7 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
                 "rows": report["rows_out"],
                 "fingerprint": fingerprint,
                 "bytes": sum(n for f, n in files if f.endswith(".parquet")),
+                "absent_columns": sorted(set(frames[-1].columns) - set(frame.columns)),
             }
         )
     union = frames[0].select(*common_cols)

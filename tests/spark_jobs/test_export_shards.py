@@ -312,3 +312,17 @@ def test_validation_split_smaller_than_world_size_is_refused(spark, tmp_path):
             f"file://{tmp_path}/export/x",
             params(world_size=2),
         )
+
+
+def test_a_feature_absent_on_an_earlier_day_is_left_out_and_recorded(spark, tmp_path):
+    old = land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
+    (tmp_path / "sample" / "dt=2013-01-02").rename(tmp_path / "full")
+    spark.read.parquet(f"file://{tmp_path}/full").drop("num__x").write.parquet(old)
+    (tmp_path / "sample" / "dt=2013-01-02" / common.REPORT_NAME).write_text(json.dumps({"rows_out": 8}))
+    new = land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 4, 2, 2))
+    out_dir = tmp_path / "export" / "dt=2013-01-03"
+    export_shards.run(spark, [old, new], f"file://{out_dir}", params())
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert [s["absent_columns"] for s in manifest["source_partitions"]] == [["num__x"], []]
+    assert "num__x" not in {f["name"] for f in manifest["features"]}
+    assert manifest["splits"]["train"]["rows"] == 8
