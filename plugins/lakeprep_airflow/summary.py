@@ -92,7 +92,9 @@ def render(day: dict[str, Any]) -> str:
         if r is None:
             lines.append(f"| {stage} | - | - | - |")
         else:
-            lines.append(f"| {stage} | {r['rows_in']} | {r['rows_out']} | {r['rows_quarantined']} |")
+            # export_shards reads the whole trailing window, not just this day.
+            name = f"{stage} (window)" if stage == "export_shards" else stage
+            lines.append(f"| {name} | {r['rows_in']} | {r['rows_out']} | {r['rows_quarantined']} |")
     lines.append("")
     if day["quarantine_reasons"]:
         lines.append(
