@@ -100,3 +100,17 @@ def test_invalid_trigger_conf_is_refused(airflow_db, demo_lake):
     )
     assert result.returncode != 0
     assert "sample_fraction" in result.stdout + result.stderr
+
+
+def test_run_summary_shows_the_day(day_run):
+    from lakeprep_airflow import summary
+
+    day = summary.collect(f"file://{day_run}", "flights", DAY)
+    validate = report(day_run, "validate")
+    assert day["stages"]["validate"] == {k: validate[k] for k in ("rows_in", "rows_out", "rows_quarantined")}
+    assert day["training"]["bottleneck"] in {"input-bound", "compute-bound", "memory-bound", "communication-bound"}
+    text = summary.render(day)
+    assert f"| validate | {validate['rows_in']} | {validate['rows_out']} | {validate['rows_quarantined']} |" in text
+    assert "vs majority-class baseline" in text and day["manifest"] in text
+    summary.write(f"file://{day_run}", day)
+    assert (day_run / "reports" / "flights" / f"dt={DAY}" / "summary.md").read_text() == text
