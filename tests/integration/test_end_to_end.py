@@ -108,9 +108,10 @@ def test_run_summary_shows_the_day(day_run):
     day = summary.collect(f"file://{day_run}", "flights", DAY)
     validate = report(day_run, "validate")
     assert day["stages"]["validate"] == {k: validate[k] for k in ("rows_in", "rows_out", "rows_quarantined")}
-    assert day["training"]["bottleneck"] in {"input-bound", "compute-bound", "memory-bound", "communication-bound"}
+    assert day["training"]["bottleneck"].endswith("-bound")
     text = summary.render(day)
-    assert f"| validate | {validate['rows_in']} | {validate['rows_out']} | {validate['rows_quarantined']} |" in text
+    row = f"| validate | {validate['rows_in']} | {validate['rows_out']} | {validate['rows_quarantined']} |"
+    assert row in text
     assert "vs majority-class baseline" in text and day["manifest"] in text
     summary.write(f"file://{day_run}", day)
     assert (day_run / "reports" / "flights" / f"dt={DAY}" / "summary.md").read_text() == text
