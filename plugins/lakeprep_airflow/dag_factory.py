@@ -89,6 +89,9 @@ def build_dag(spec: DatasetSpec) -> DAG:
             uri=expand(source["uri"], lake_root=LAKE_ROOT_TEMPLATE, ds=RUN_DS_TEMPLATE),
             min_files=source.get("min_files", 1),
             min_bytes=source.get("min_bytes", 0),
+            # Deferrable waits in the triggerer; otherwise reschedule frees the worker slot
+            # between pokes. Either way no worker is held while the partition is missing.
+            deferrable=source.get("deferrable", False),
             mode="reschedule",
             poke_interval=source.get("poke_interval_seconds", 300),
             timeout=source.get("timeout_seconds", 6 * 3600),

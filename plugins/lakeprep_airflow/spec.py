@@ -73,6 +73,7 @@ SPEC_SCHEMA: dict[str, Any] = {
                 "min_bytes": {"type": "integer", "minimum": 0},
                 "timeout_seconds": {"type": "integer", "minimum": 1},
                 "poke_interval_seconds": {"type": "integer", "minimum": 1},
+                "deferrable": {"type": "boolean"},
             },
         },
         "columns": {"type": "array", "minItems": 1, "items": _COLUMN},

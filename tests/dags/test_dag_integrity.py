@@ -51,7 +51,7 @@ def test_house_rules(dagbag):
         assert task.retries == 2, task.task_id
         assert task.owner == "ml-data"
     sensor = dag.get_task("wait_for_partition")
-    assert sensor.mode == "reschedule"
+    assert sensor.mode == "reschedule" and sensor.deferrable is False
     assert sensor.timeout == 21600
     assert "{{" in sensor.uri and "raw/flights/dt=" in sensor.uri
 
@@ -114,3 +114,19 @@ def test_a_broken_spec_is_an_import_error_naming_file_and_field(tmp_path, monkey
     [error] = bag.import_errors.values()
     assert "flights.yaml" in error
     assert "stages.export_shards.window_days: 0 is less than the minimum of 1" in error
+
+
+def test_spec_can_make_the_sensor_deferrable(tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    text = (REPO / "pipelines" / "flights.yaml").read_text()
+    (pipelines / "flights.yaml").write_text(
+        text.replace("  min_files: 1\n", "  min_files: 1\n  deferrable: true\n")
+    )
+    shutil.copy(REPO / "dags" / "lakeprep_datasets.py", tmp_path / "lakeprep_datasets.py")
+    monkeypatch.setenv("LAKEPREP_PIPELINES_DIR", str(pipelines))
+    bag = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py"))
+    assert bag.import_errors == {}
+    assert bag.dags["lakeprep_flights"].get_task("wait_for_partition").deferrable is True
