@@ -481,6 +481,7 @@ def stage_params(spec: DatasetSpec, stage: str, *, lake_root: str, ds: str, run_
             "label_classes": label["classes"],
             "categorical_buckets": pre["categorical_buckets"],
             "text_vocab_size": pre["text_vocab_size"],
+            "text_max_tokens": pre["text_max_tokens"],
             "transform_uri": lake_uri(lake_root, "preprocess", spec.name, ds) + "/_transform.json",
         }
     raise SpecError(f"unknown stage {stage!r}; expected one of {STAGES}")

@@ -45,6 +45,7 @@ class ExportParams:
     label_classes: list[int]
     categorical_buckets: int
     text_vocab_size: int
+    text_max_tokens: int = 16
     transform_uri: str | None = None
     window_days: int = 30
     batch_size: int = 256
@@ -189,35 +190,74 @@ def feature_schema(columns: list[str], p: ExportParams, text_len: dict[str, int]
     return out
 
 
-def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[dict[str, Any]], list[str]]:
-    """Union the window's partitions (features common to all days); record each source."""
+def neutral_value(column: str, text_max_tokens: int) -> Any:
+    """The value a dropped feature had on the day select_features dropped it, or None.
+
+    select_features drops a numeric when its variance is ~0: after standardization every
+    value of that day is 0.0. It drops a text column when all its ids are padding (0).
+    A dropped categorical had a single id that is no longer known: no neutral value.
+    """
+    from pyspark.sql import functions as F
+
+    if column.startswith("num__"):
+        return F.lit(0.0).cast("double")
+    if column.startswith("txt__"):
+        return F.array_repeat(F.lit(0), text_max_tokens).cast("array<int>")
+    return None
+
+
+def read_window(
+    spark: SparkSession, inputs: list[str], text_max_tokens: int
+) -> tuple[DataFrame, list[dict[str, Any]], list[str], list[str]]:
+    """Union the window's partitions on every feature any day kept; record each source.
+
+    Returns (rows, sources, missing partitions, features left out). A feature that some
+    day dropped is filled there with the value it had (listed per source as
+    `filled_columns`); one without such a value (a categorical) is left out of the window.
+    """
+    from pyspark.sql import functions as F
+
     present = [u for u in inputs if common.exists(spark, f"{u.rstrip('/')}/_SUCCESS")]
     if not present or present[-1] != inputs[-1]:
         raise FileNotFoundError(f"export needs the run's own sampled partition {inputs[-1]} (with _SUCCESS)")
     frames = [spark.read.parquet(u) for u in present]
-    # Features kept on every day of the window (select_features decides per day); a
-    # feature missing on some day is left out and listed per source as `absent_columns`.
-    common_cols = [c for c in frames[-1].columns if all(c in f.columns for f in frames)]
-    sources = []
+    # Every feature any day kept: the run's day's columns first, then the others.
+    target = list(dict.fromkeys([*frames[-1].columns, *[c for f in frames for c in f.columns]]))
+    left_out = [
+        c
+        for c in target
+        if any(c not in f.columns for f in frames) and neutral_value(c, text_max_tokens) is None
+    ]
+    columns = [c for c in target if c not in left_out]
+    sources, parts = [], []
     for uri, frame in zip(present, frames, strict=True):
         files = common.list_files(spark, uri)
         fingerprint = hashlib.sha256(
             json.dumps([(f.rsplit("/", 1)[-1], n) for f, n in files]).encode()
         ).hexdigest()
         report = common.read_report(spark, uri)
+        filled = [c for c in columns if c not in frame.columns]
         sources.append(
             {
                 "uri": uri,
                 "rows": report["rows_out"],
                 "fingerprint": fingerprint,
                 "bytes": sum(n for f, n in files if f.endswith(".parquet")),
-                "absent_columns": sorted(set(frames[-1].columns) - set(frame.columns)),
+                "filled_columns": filled,
             }
         )
-    union = frames[0].select(*common_cols)
-    for f in frames[1:]:
-        union = union.unionByName(f.select(*common_cols))
-    return union, sources, [u for u in inputs if u not in present]
+        parts.append(
+            frame.select(
+                *[
+                    F.col(c) if c in frame.columns else neutral_value(c, text_max_tokens).alias(c)
+                    for c in columns
+                ]
+            )
+        )
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return union, sources, [u for u in inputs if u not in present], left_out
 
 
 def write_split(
@@ -288,7 +328,7 @@ def class_weights(counts: dict[str, int]) -> dict[str, float]:
 def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    window, sources, missing = read_window(spark, inputs)
+    window, sources, missing, left_out = read_window(spark, inputs, p.text_max_tokens)
     window = window.cache()  # counted per split and class, then numbered and written per split
     counts = {
         (r["split"], str(r["label"])): int(r["count"])
@@ -338,6 +378,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             "window_days": p.window_days,
             "source_partitions": sources,
             "missing_partitions": missing,
+            "features_left_out": left_out,
             "label": {"name": "label", "classes": p.label_classes},
             "features": feature_schema(feature_cols, p, text_len),
             "transform": p.transform_uri,

@@ -314,15 +314,45 @@ def test_validation_split_smaller_than_world_size_is_refused(spark, tmp_path):
         )
 
 
-def test_a_feature_absent_on_an_earlier_day_is_left_out_and_recorded(spark, tmp_path):
+def test_features_dropped_on_an_earlier_day_are_filled_or_left_out(spark, tmp_path):
     old = land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
     (tmp_path / "sample" / "dt=2013-01-02").rename(tmp_path / "full")
-    spark.read.parquet(f"file://{tmp_path}/full").drop("num__x").write.parquet(old)
+    spark.read.parquet(f"file://{tmp_path}/full").drop("num__x", "cat__c").write.parquet(old)
     (tmp_path / "sample" / "dt=2013-01-02" / common.REPORT_NAME).write_text(json.dumps({"rows_out": 8}))
     new = land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 4, 2, 2))
     out_dir = tmp_path / "export" / "dt=2013-01-03"
     export_shards.run(spark, [old, new], f"file://{out_dir}", params())
     manifest = json.loads((out_dir / "manifest.json").read_text())
-    assert [s["absent_columns"] for s in manifest["source_partitions"]] == [["num__x"], []]
-    assert "num__x" not in {f["name"] for f in manifest["features"]}
+    # num__x: constant (0.0 after scaling) on the day it was dropped, so filled with 0.0;
+    # cat__c: its single id is unknown, so it leaves the whole window.
+    assert [s["filled_columns"] for s in manifest["source_partitions"]] == [["num__x"], []]
+    assert manifest["features_left_out"] == ["cat__c"]
+    assert [f["name"] for f in manifest["features"]] == ["num__x", "txt__t"]
     assert manifest["splits"]["train"]["rows"] == 8
+    rows = [
+        r
+        for f in sorted((out_dir / "shards" / "train").glob("*.parquet"))
+        for r in pq.read_table(f).to_pylist()
+    ]
+    assert {r["num__x"] for r in rows if r["id"].startswith("2013-01-02")} == {0.0}
+    assert {r["num__x"] for r in rows if r["id"].startswith("2013-01-03")} != {0.0}
+
+
+def test_a_feature_dropped_on_the_run_day_but_kept_earlier_stays_in_the_window(spark, tmp_path):
+    old = land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
+    new = land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 4, 2, 2))
+    (tmp_path / "sample" / "dt=2013-01-03").rename(tmp_path / "full")
+    spark.read.parquet(f"file://{tmp_path}/full").drop("txt__t").write.parquet(new)
+    (tmp_path / "sample" / "dt=2013-01-03" / common.REPORT_NAME).write_text(json.dumps({"rows_out": 8}))
+    out_dir = tmp_path / "export" / "dt=2013-01-03"
+    export_shards.run(spark, [old, new], f"file://{out_dir}", params(text_max_tokens=3))
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert [s["filled_columns"] for s in manifest["source_partitions"]] == [[], ["txt__t"]]
+    text = next(f for f in manifest["features"] if f["name"] == "txt__t")
+    assert text["shape"] == [3]
+    rows = [
+        r
+        for f in sorted((out_dir / "shards" / "train").glob("*.parquet"))
+        for r in pq.read_table(f).to_pylist()
+    ]
+    assert {tuple(r["txt__t"]) for r in rows if r["id"].startswith("2013-01-03")} == {(0, 0, 0)}
