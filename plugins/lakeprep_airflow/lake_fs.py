@@ -36,7 +36,6 @@ class LakeFS(Protocol):
     def write_bytes(self, path: str, data: bytes) -> None: ...
     def makedirs(self, path: str) -> None: ...
     def delete(self, path: str) -> None: ...
-    def rename(self, src: str, dst: str) -> None: ...
 
 
 class LocalFS:
@@ -67,9 +66,6 @@ class LocalFS:
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
-
-    def rename(self, src: str, dst: str) -> None:
-        os.replace(src, dst)
 
 
 class WebHdfsFS:
@@ -108,9 +104,6 @@ class WebHdfsFS:
 
     def delete(self, path: str) -> None:
         self.client.delete(path, recursive=True)
-
-    def rename(self, src: str, dst: str) -> None:
-        self.client.rename(src, dst)
 
 
 def resolve(uri: str, *, webhdfs_conn_id: str = "webhdfs_default") -> tuple[LakeFS, str]:
