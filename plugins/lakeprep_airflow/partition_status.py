@@ -43,14 +43,10 @@ def check_partition(uri: str, *, webhdfs_conn_id: str = "webhdfs_default") -> Pa
         if not fs.exists(path):
             return PartitionStatus(uri, False, False, 0, 0)
         entries = fs.list_dir(path)
-    except (OSError, ConnectionError) as err:
-        raise LakeUnreachableError(_unreachable(uri, webhdfs_conn_id, err)) from err
-    except Exception as err:
+    except _unreachable_errors(fs) as err:
         # The WebHDFS hook raises AirflowWebHDFSHookException ("Failed to locate the valid
         # server") when no NameNode answers; name the endpoint instead of a bare traceback.
-        if type(err).__name__ == "AirflowWebHDFSHookException":
-            raise LakeUnreachableError(_unreachable(uri, webhdfs_conn_id, err)) from err
-        raise
+        raise LakeUnreachableError(_unreachable(uri, webhdfs_conn_id, err)) from err
     data = [e for e in entries if not e.is_dir and not e.name.startswith(("_", "."))]
     return PartitionStatus(
         uri=uri,
@@ -59,6 +55,14 @@ def check_partition(uri: str, *, webhdfs_conn_id: str = "webhdfs_default") -> Pa
         data_files=len(data),
         data_bytes=sum(e.size for e in data),
     )
+
+
+def _unreachable_errors(fs: lake_fs.LakeFS) -> tuple[type[BaseException], ...]:
+    if isinstance(fs, lake_fs.WebHdfsFS):
+        from airflow.providers.apache.hdfs.hooks.webhdfs import AirflowWebHDFSHookException
+
+        return (OSError, AirflowWebHDFSHookException)
+    return (OSError,)
 
 
 def _unreachable(uri: str, conn_id: str, err: BaseException) -> str:
@@ -71,9 +75,10 @@ def _unreachable(uri: str, conn_id: str, err: BaseException) -> str:
 
 def _webhdfs_endpoint(conn_id: str) -> str:
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
     try:
         conn = BaseHook.get_connection(conn_id)
-    except Exception:  # the connection itself is missing: say so instead
+    except AirflowNotFoundException:
         return "<undefined connection>"
     return f"http://{conn.host}:{conn.port}"

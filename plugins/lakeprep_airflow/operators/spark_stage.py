@@ -116,10 +116,11 @@ class SparkStageOperator(SparkSubmitOperator):
         # The provider silently falls back to `--master yarn` when the connection is
         # missing; on a machine without YARN that fails far from the cause.
         from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
 
         try:
             BaseHook.get_connection(self._conn_id)
-        except Exception as err:  # AirflowNotFoundException, across Airflow versions
+        except AirflowNotFoundException as err:
             raise ValueError(
                 f"Spark connection {self._conn_id!r} is not defined; set AIRFLOW_CONN_"
                 f'{self._conn_id.upper()} (e.g. \'{{"conn_type": "spark", "host": "local[*]"}}\' '
