@@ -6,6 +6,7 @@ at collection time, before any test module imports `airflow`.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -42,6 +43,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def spark():
     """One local Spark session for the run: 2 threads, few shuffle partitions, no UI, UTC."""
     from pyspark.sql import SparkSession
+
+    # py4j logs "Closing down clientserver connection" at INFO while the interpreter shuts
+    # down, after pytest closed its log handlers ("--- Logging error ---" noise).
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     session = (
         SparkSession.builder.master("local[2]")
