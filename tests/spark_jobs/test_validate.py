@@ -132,3 +132,39 @@ def test_run_twice_gives_the_same_partition(spark, tmp_path):
 def test_unknown_param_is_refused_before_spark():
     with pytest.raises(ValueError, match="bad --params for ValidateParams"):
         common.params_from(ValidateParams, {"format": "csv", "colums": []})
+
+
+JSONL = """{"id": "a", "amount": 1, "kind": "x", "when": "2013-01-01T05:00:00Z"}
+{"id": "b", "amount": "2.5", "kind": "y", "when": "2013-01-01T06:00:00Z", "added": true}
+{"id": "c", "amount": 3, "kind": "x"
+{"id": "d", "amount": "lots", "kind": "x", "when": "2013-01-01T08:00:00Z"}
+"""
+
+
+def test_json_lines_partition_quarantines_broken_lines(spark, tmp_path):
+    src = land(tmp_path, JSONL, "part-00000.json")
+    out = f"file://{tmp_path}/out"
+    report = validate.run(spark, [src], out, params(format="json", options={}))
+    assert report["rows_in"] == 4
+    assert report["quarantine_reasons"] == {"bad double in amount": 1, "malformed record": 1}
+    assert report["extra_columns"] == ["added"]
+    assertDataFrameEqual(
+        spark.read.parquet(out).select("id", "amount", "label"),
+        spark.createDataFrame([("a", 1.0, 0), ("b", 2.5, 1)], "id string, amount double, label int"),
+    )
+
+
+def test_parquet_partition_is_typed_against_the_contract(spark, tmp_path):
+    part = tmp_path / "raw" / "dt=2013-01-01"
+    spark.createDataFrame(
+        [("a", 3.0, "x", None), ("b", 1.0, None, None)],
+        "id string, amount double, kind string, `when` string",
+    ).write.parquet(f"file://{part}")
+    report = validate.run(
+        spark, [f"file://{part}"], f"file://{tmp_path}/out", params(format="parquet", options={})
+    )
+    assert (report["rows_in"], report["rows_out"], report["quarantine_reasons"]) == (
+        2,
+        1,
+        {"null in kind": 1},
+    )
