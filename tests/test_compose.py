@@ -225,8 +225,12 @@ def test_build_contexts_and_dockerfiles_exist(services: dict[str, dict[str, Any]
         dockerfile = context / build.get("dockerfile", "Dockerfile")
         assert context.is_dir(), f"{name}: build context {context} is missing"
         assert dockerfile.is_file(), f"{name}: {dockerfile} is missing"
+        ignore = dockerfile.with_name(f"{dockerfile.name}.dockerignore")
+        patterns = ignore.read_text(encoding="utf-8").split() if ignore.is_file() else []
         for source in _copy_sources(dockerfile):
             assert (context / source).exists(), f"{dockerfile} copies {source}, which is missing"
+            if "*" in patterns:  # ignore-all, then re-include: each source must be re-included
+                assert f"!{source}" in patterns, f"{ignore.name} keeps {source} out of the context"
 
 
 def _copy_sources(dockerfile: Path) -> list[str]:
