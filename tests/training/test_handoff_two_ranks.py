@@ -27,19 +27,29 @@ def spec_with(tmp_path: Path, **training) -> Path:
     return path
 
 
-def test_handoff_runs_two_ranks_and_records_metrics(tmp_path):
+def handoff_on_export(tmp_path: Path, *, rows_per_rank: dict[str, int], batch_size: int, **training):
+    """A lake holding a 2-rank export for 2013-01-01, and the handoff task for that day."""
     from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
 
     lake = tmp_path / "lake"
     export = lake / "export_shards" / "flights" / "dt=2013-01-01"
-    write_export(
-        export, world_size=2, rows_per_rank={"train": 96, "validation": 32, "test": 32}, batch_size=32
-    )
+    write_export(export, world_size=2, rows_per_rank=rows_per_rank, batch_size=batch_size)
     op = GpuTrainingHandoffOperator(
         task_id="gpu_training_handoff",
-        spec_path=str(spec_with(tmp_path, world_size=2, epochs=2)),
+        spec_path=str(spec_with(tmp_path, **training)),
         lake_root=f"file://{lake}",
         run_ds="2013-01-01",
+    )
+    return lake, op
+
+
+def test_handoff_runs_two_ranks_and_records_metrics(tmp_path):
+    lake, op = handoff_on_export(
+        tmp_path,
+        rows_per_rank={"train": 96, "validation": 32, "test": 32},
+        batch_size=32,
+        world_size=2,
+        epochs=2,
     )
     result = op.execute({})
     metrics = result["metrics"]
@@ -53,18 +63,8 @@ def test_handoff_runs_two_ranks_and_records_metrics(tmp_path):
 
 
 def test_handoff_fails_with_the_trainers_error_on_a_world_size_mismatch(tmp_path):
-    from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
-
-    lake = tmp_path / "lake"
-    export = lake / "export_shards" / "flights" / "dt=2013-01-01"
-    write_export(
-        export, world_size=2, rows_per_rank={"train": 32, "validation": 16, "test": 16}, batch_size=16
-    )
-    op = GpuTrainingHandoffOperator(
-        task_id="gpu_training_handoff",
-        spec_path=str(spec_with(tmp_path, world_size=1)),
-        lake_root=f"file://{lake}",
-        run_ds="2013-01-01",
+    _, op = handoff_on_export(
+        tmp_path, rows_per_rank={"train": 32, "validation": 16, "test": 16}, batch_size=16, world_size=1
     )
     with pytest.raises(RuntimeError, match=r"trainer exited with 2 on .*manifest\.json: .*world_size is 2"):
         op.execute({})
