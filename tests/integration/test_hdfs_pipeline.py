@@ -7,7 +7,6 @@ conftest.py). Every lake path here is `hdfs://`, the Spark master is
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from lakeprep_airflow import lake_fs
-from lakeprep_airflow.demo_data import land, land_partition
+from lakeprep_airflow.demo_data import land_partition
 from lakeprep_airflow.partition_status import LakeUnreachableError
 from lakeprep_airflow.sensors.partition import PartitionSensor
 from tests.conftest import AIRFLOW_ENV, VENV_BIN
@@ -33,9 +32,25 @@ DAY = "2013-01-01"
 
 @pytest.fixture(scope="module")
 def hdfs_lake(hdfs_spark_cluster) -> str:
-    """A fresh lake on HDFS with the real flights of one day and the reference tables."""
+    """A fresh lake on HDFS, landed by the demo data command: one real day plus references."""
     root = f"hdfs://127.0.0.1:{cluster_module.Ports.from_env().nn_rpc}/lake/it-{uuid.uuid4().hex[:8]}"
-    land(root, dt.date(2013, 1, 1), dt.date(2013, 1, 1))
+    subprocess.run(
+        [
+            str(VENV_BIN / "python"),
+            "-m",
+            "lakeprep_airflow.demo_data",
+            "--lake",
+            root,
+            "--from",
+            DAY,
+            "--to",
+            DAY,
+        ],
+        env={**os.environ, **AIRFLOW_ENV, **hdfs_spark_cluster["env"]},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     return root
 
 
