@@ -408,6 +408,11 @@ def discover_specs(directory: Path | None = None) -> list[Path]:
 # --------------------------------------------------------------------------- stage params
 
 
+# Every stage partition carries its row accounting here (written by lakeprep_jobs.common,
+# which runs on the Spark side and cannot import this module).
+REPORT_NAME = "_lakeprep_report.json"
+
+
 def lake_uri(lake_root: str, stage: str, dataset: str, ds: str) -> str:
     """The lake layout, in one place: `<lake>/<stage>/<dataset>/dt=YYYY-MM-DD`."""
     return f"{lake_root.rstrip('/')}/{stage}/{dataset}/dt={ds}"

@@ -19,9 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lakeprep_airflow import lake_fs
-from lakeprep_airflow.spec import STAGES, lake_uri
-
-REPORT_NAME = "_lakeprep_report.json"
+from lakeprep_airflow.spec import REPORT_NAME, STAGES, lake_uri
 
 
 def _read_json(fs: lake_fs.LakeFS, path: str) -> dict[str, Any] | None:

@@ -168,3 +168,9 @@ def test_parquet_partition_is_typed_against_the_contract(spark, tmp_path):
         1,
         {"null in kind": 1},
     )
+
+
+def test_report_name_is_the_same_fact_on_both_sides():
+    from lakeprep_airflow.spec import REPORT_NAME
+
+    assert common.REPORT_NAME == REPORT_NAME

@@ -25,8 +25,6 @@ from lakeprep_airflow.partition_status import check_partition
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-REPORT_NAME = "_lakeprep_report.json"
-
 
 def stage_argv(inputs: Sequence[str], output: str, params: dict[str, Any]) -> list[str]:
     """The argv contract every `lakeprep_jobs` stage parses (see `common.parse_args`)."""
@@ -145,7 +143,7 @@ class SparkStageOperator(SparkSubmitOperator):
         self.log.info("stage %s: %s", self.stage, " ".join(self.application_args))
         super().execute(context)
         fs, path = lake_fs.resolve(output, webhdfs_conn_id=self.webhdfs_conn_id)
-        report = json.loads(fs.read_bytes(lake_fs.join(path, REPORT_NAME)))
+        report = json.loads(fs.read_bytes(lake_fs.join(path, spec_mod.REPORT_NAME)))
         self.log.info(
             "stage %s: rows in %s, out %s, quarantined %s",
             self.stage,
