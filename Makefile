@@ -17,7 +17,7 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export AIRFLOW_VAR_LAKEPREP_LAKE_ROOT ?= file://$(CURDIR)/.lake
 export AIRFLOW_CONN_SPARK_DEFAULT ?= {"conn_type": "spark", "host": "local[2]"}
 export PYSPARK_PYTHON ?= $(BIN)/python
-export PYTHONPATH := $(CURDIR)/plugins:$(CURDIR)/spark_jobs:$(CURDIR)/training
+export PYTHONPATH := $(CURDIR)/plugins:$(CURDIR)/spark_jobs:$(CURDIR)/training:$(CURDIR)/contracts
 
 DEMO_FROM ?= 2013-01-01
 DEMO_TO ?= 2013-01-03

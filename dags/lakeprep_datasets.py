@@ -4,8 +4,9 @@ Adding a dataset is adding a YAML file; this file only turns specs into DAGs (se
 `lakeprep_airflow.dag_factory`). A broken spec shows up as this file's import error,
 naming the spec file and the field.
 
-    wait_for_partition >> validate >> preprocess >> select_features >> sample
-        >> export_shards >> gpu_training_handoff
+    wait_for_partition >> validate >> preprocess >> sample            (daily)
+        >> wait_for_window >> check_drift >> fit_transform >> export_shards
+        >> gpu_training_handoff                                       (window)
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ AIRFLOW_ENV = {
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW_CONN_SPARK_DEFAULT": '{"conn_type": "spark", "host": "local[2]"}',
     "PYSPARK_PYTHON": sys.executable,
-    "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("plugins", "spark_jobs", "training")),
+    "PYTHONPATH": os.pathsep.join(str(REPO / d) for d in ("plugins", "spark_jobs", "training", "contracts")),
     "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     "LAKEPREP_CACHE_DIR": str(_AIRFLOW_HOME / "cache"),
 }

@@ -28,6 +28,11 @@ def training_dir() -> Path:
     return Path(os.environ.get("LAKEPREP_TRAINING_DIR") or REPO / "training")
 
 
+def contracts_dir() -> Path:
+    """Where `lakeprep_contracts` lives: shipped in the jobs zip, on the trainer's path."""
+    return Path(os.environ.get("LAKEPREP_CONTRACTS_DIR") or REPO / "contracts")
+
+
 def cache_dir() -> Path:
     path = Path(os.environ.get("LAKEPREP_CACHE_DIR") or Path(tempfile.gettempdir()) / "lakeprep")
     path.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -22,12 +23,17 @@ from typing import Any
 
 import jsonschema
 import yaml
+from lakeprep_contracts import knobs, layout
 
 ROLES = ("id", "label", "numeric", "categorical", "text", "timestamp", "ignored")
 FEATURE_ROLES = ("numeric", "categorical", "text")
 TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp")
 FORMATS = ("csv", "json", "parquet")
-STAGES = ("validate", "preprocess", "select_features", "sample", "export_shards")
+# Daily stages read one partition and keep no fitted state (safe for many days in
+# parallel); window stages run once per run over the window's sampled days.
+DAILY_STAGES = ("validate", "preprocess", "sample")
+WINDOW_STAGES = ("fit_transform", "export_shards")
+STAGES = (*DAILY_STAGES, *WINDOW_STAGES)  # the Spark stages, in pipeline order
 
 _NAME = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"}
 _COLUMN = {
@@ -40,6 +46,7 @@ _COLUMN = {
         "role": {"enum": list(ROLES)},
         "nullable": {"type": "boolean"},
         "expr": {"type": "string", "minLength": 1},
+        "transform": knobs.column_transform_schema(),
     },
 }
 _READ_OPTIONS = {
@@ -52,7 +59,7 @@ SPEC_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
     "additionalProperties": False,
-    "required": ["name", "source", "columns", "derived", "label", "stages", "training"],
+    "required": ["name", "source", "columns", "derived", "label"],
     "properties": {
         "name": _NAME,
         "description": {"type": "string"},
@@ -106,82 +113,9 @@ SPEC_SCHEMA: dict[str, Any] = {
         "stages": {
             "type": "object",
             "additionalProperties": False,
-            "required": list(STAGES),
-            "properties": {
-                "validate": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "max_quarantine_share": {"type": "number", "minimum": 0, "maximum": 1},
-                        "allow_empty": {"type": "boolean"},
-                    },
-                },
-                "preprocess": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "numeric_null_policy": {"enum": ["mean", "median"]},
-                        "categorical_buckets": {"type": "integer", "minimum": 2, "maximum": 1 << 24},
-                        "text_vocab_size": {"type": "integer", "minimum": 2, "maximum": 1 << 24},
-                        "text_max_tokens": {"type": "integer", "minimum": 1, "maximum": 4096},
-                    },
-                },
-                "select_features": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "min_variance": {"type": "number", "minimum": 0},
-                        "pca_components": {"type": ["integer", "null"], "minimum": 1},
-                    },
-                },
-                "sample": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "fraction": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-                        "class_fractions": {
-                            "type": "object",
-                            "propertyNames": {"pattern": "^-?[0-9]+$"},
-                            "additionalProperties": {
-                                "type": "number",
-                                "minimum": 0,
-                                "maximum": 1,
-                            },
-                        },
-                        "seed": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
-                        "splits": {
-                            "type": "object",
-                            "additionalProperties": False,
-                            "required": ["train", "validation", "test"],
-                            "properties": {
-                                k: {"type": "number", "minimum": 0, "maximum": 1}
-                                for k in ("train", "validation", "test")
-                            },
-                        },
-                    },
-                },
-                "export_shards": {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "properties": {
-                        "window_days": {"type": "integer", "minimum": 1, "maximum": 3660},
-                        "batch_size": {"type": "integer", "minimum": 1, "maximum": 1 << 20},
-                        "target_shard_mb": {"type": "number", "exclusiveMinimum": 0},
-                        "remainder": {"enum": ["drop", "pad"]},
-                    },
-                },
-            },
+            "properties": {g: knobs.group_schema(g) for g in knobs.STAGE_GROUPS},
         },
-        "training": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "backend": {"enum": ["local"]},
-                "world_size": {"type": "integer", "minimum": 1, "maximum": 1024},
-                "epochs": {"type": "integer", "minimum": 1, "maximum": 1000},
-                "learning_rate": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
-            },
-        },
+        **{g: knobs.group_schema(g) for g in knobs.TOP_LEVEL_GROUPS},
         "spark": {
             "type": "object",
             "additionalProperties": False,
@@ -195,37 +129,6 @@ SPEC_SCHEMA: dict[str, Any] = {
         },
     },
 }
-
-# Defaults applied before validation, so a spec only states what differs.
-STAGE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "validate": {"max_quarantine_share": 0.1, "allow_empty": False},
-    "preprocess": {
-        "numeric_null_policy": "mean",
-        "categorical_buckets": 1024,
-        "text_vocab_size": 4096,
-        "text_max_tokens": 16,
-    },
-    "select_features": {"min_variance": 1e-6, "pca_components": None},
-    "sample": {
-        "fraction": 1.0,
-        "class_fractions": {},
-        "seed": 0,
-        "splits": {"train": 0.8, "validation": 0.1, "test": 0.1},
-    },
-    "export_shards": {
-        "window_days": 30,
-        "batch_size": 256,
-        "target_shard_mb": 128,
-        "remainder": "drop",
-    },
-}
-TRAINING_DEFAULTS: dict[str, Any] = {
-    "backend": "local",
-    "world_size": 1,
-    "epochs": 2,
-    "learning_rate": 1e-3,
-}
-
 
 class SpecError(ValueError):
     """A dataset spec is invalid; the message names the file and the field."""
@@ -289,16 +192,18 @@ class DatasetSpec:
 
 
 def _fill_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Knob defaults (lakeprep_contracts.knobs) under what the file states."""
     data = copy.deepcopy(data)
     stages = data.setdefault("stages", {})
     if isinstance(stages, dict):
-        for stage, defaults in STAGE_DEFAULTS.items():
-            given = stages.get(stage) or {}
+        for group in knobs.STAGE_GROUPS:
+            given = stages.get(group) or {}
             if isinstance(given, dict):
-                stages[stage] = {**copy.deepcopy(defaults), **given}
-    training = data.get("training") or {}
-    if isinstance(training, dict):
-        data["training"] = {**TRAINING_DEFAULTS, **training}
+                stages[group] = {**knobs.defaults(group), **given}
+    for group in knobs.TOP_LEVEL_GROUPS:
+        given = data.get(group) or {}
+        if isinstance(given, dict):
+            data[group] = {**knobs.defaults(group), **given}
     data.setdefault("derived", [])
     return data
 
@@ -357,6 +262,12 @@ def _check_semantics(spec: DatasetSpec) -> None:
         missing = [k for k in ref["join_keys"] if k not in raw_names]
         if missing:
             raise SpecError(f"{where}: references.{ref['name']}.join_keys names {missing}, not raw columns")
+    reserved = [c["name"] for c in spec.all_columns() if c["name"] in layout.RESERVED_COLUMNS]
+    if reserved:
+        raise SpecError(
+            f"{where}: column name(s) {reserved} are reserved for the prepared data "
+            f"{list(layout.RESERVED_COLUMNS)}; rename them (raw_name keeps the file's header)"
+        )
     if not any(spec.columns_with_role(r) for r in FEATURE_ROLES):
         raise SpecError(f"{where}: no feature columns (roles {FEATURE_ROLES})")
     splits = spec.stages["sample"]["splits"]
@@ -408,14 +319,12 @@ def discover_specs(directory: Path | None = None) -> list[Path]:
 # --------------------------------------------------------------------------- stage params
 
 
-# Every stage partition carries its row accounting here (written by lakeprep_jobs.common,
-# which runs on the Spark side and cannot import this module).
-REPORT_NAME = "_lakeprep_report.json"
+REPORT_NAME = layout.REPORT
 
 
 def lake_uri(lake_root: str, stage: str, dataset: str, ds: str) -> str:
-    """The lake layout, in one place: `<lake>/<stage>/<dataset>/dt=YYYY-MM-DD`."""
-    return f"{lake_root.rstrip('/')}/{stage}/{dataset}/dt={ds}"
+    """The lake layout (lakeprep_contracts.layout): `<lake>/<stage>/<dataset>/dt=YYYY-MM-DD`."""
+    return layout.partition_uri(lake_root, stage, dataset, ds)
 
 
 def expand(template: str, *, lake_root: str, ds: str | None = None) -> str:
@@ -429,78 +338,152 @@ def window_dates(ds: str, days: int) -> list[str]:
     return [(end - dt.timedelta(days=n)).isoformat() for n in range(days - 1, -1, -1)]
 
 
+def run_window(spec: DatasetSpec, ds: str) -> list[str]:
+    """The run's window: `window.days` dates ending at `ds`, oldest first."""
+    return window_dates(ds, spec.data["window"]["days"])
+
+
 def _feature_columns(spec: DatasetSpec) -> dict[str, list[str]]:
     return {role: spec.columns_with_role(role) for role in FEATURE_ROLES}
 
 
-def stage_params(spec: DatasetSpec, stage: str, *, lake_root: str, ds: str, run_id: str) -> dict:
-    """The JSON a Spark stage receives as `--params`: only what that stage needs."""
-    knobs = dict(spec.stages[stage])
+def _validate_params(spec: DatasetSpec) -> dict[str, Any]:
     label = spec.data["label"]
-    id_col = spec.columns_with_role("id")[0]
+    return {
+        **spec.stages["validate"],
+        "format": spec.source["format"],
+        "options": spec.source.get("options", {}),
+        "columns": [
+            {"name": c["name"], "type": c["type"], "nullable": c.get("nullable", True)}
+            for c in spec.data["columns"]
+        ],
+        "derived": [{"name": c["name"], "expr": c["expr"]} for c in spec.data["derived"]],
+        "id_column": spec.columns_with_role("id")[0],
+        "label_column": label["column"],
+        "label_classes": label["classes"],
+    }
+
+
+def _preprocess_params(spec: DatasetSpec, lake_root: str, ds: str) -> dict[str, Any]:
+    from lakeprep_contracts.text import TOKENIZER
+
+    return {
+        **spec.stages["preprocess"],
+        "references": [
+            {
+                "name": r["name"],
+                "uri": expand(r["uri"], lake_root=lake_root, ds=ds),
+                "format": r["format"],
+                "options": r.get("options", {}),
+                "join_keys": r["join_keys"],
+                "columns": [{"name": c["name"], "expr": c.get("expr", c["name"])} for c in r["columns"]],
+            }
+            for r in spec.data.get("references", [])
+        ],
+        "id_column": spec.columns_with_role("id")[0],
+        "label_column": spec.data["label"]["column"],
+        "tokenizer": TOKENIZER,
+        **_feature_columns(spec),
+    }
+
+
+def column_transforms(spec: DatasetSpec) -> dict[str, list[dict[str, Any]]]:
+    """Per feature, the transform settings: the stage's knobs under the column's overrides."""
+    stage = spec.stages["fit_transform"]
+    out: dict[str, list[dict[str, Any]]] = {role: [] for role in FEATURE_ROLES}
+    for col in spec.all_columns():
+        role = col["role"]
+        if role not in FEATURE_ROLES:
+            continue
+        given = col.get("transform", {})
+        for key in given:
+            if role not in knobs.COLUMN_TRANSFORM_KEYS[key][1]:
+                raise SpecError(
+                    f"{spec.path}: column {col['name']!r} ({role}): transform.{key} applies to "
+                    f"{knobs.COLUMN_TRANSFORM_KEYS[key][1]} columns only"
+                )
+        settings = {"name": col["name"]}
+        for key, (knob_name, roles) in knobs.COLUMN_TRANSFORM_KEYS.items():
+            if role in roles:
+                settings[key] = given.get(key, stage[knob_name])
+        if role == "text":
+            settings["min_frequency"] = given.get("min_frequency", stage["text_min_frequency"])
+            settings["encoding"] = given.get("encoding", stage["text_encoding"])
+        out[role].append(settings)
+    return out
+
+
+def _window_params(spec: DatasetSpec, lake_root: str, ds: str, run_id: str) -> dict[str, Any]:
+    label = spec.data["label"]
+    return {
+        "dataset": spec.name,
+        "logical_date": ds,
+        "run_id": run_id,
+        "id_column": spec.columns_with_role("id")[0],
+        "label_column": label["column"],
+        "label_classes": label["classes"],
+    }
+
+
+def stage_params(
+    spec: DatasetSpec,
+    stage: str,
+    *,
+    lake_root: str,
+    ds: str,
+    run_id: str,
+    window: dict[str, list[str]] | None = None,
+) -> dict:
+    """The JSON a Spark stage receives as `--params`: only what that stage needs.
+
+    Window stages also get `window`: which of the window's days were read and which were
+    not (failed, missing, before the dataset's start), from `wait_for_window`.
+    """
     if stage == "validate":
-        return {
-            **knobs,
-            "format": spec.source["format"],
-            "options": spec.source.get("options", {}),
-            "columns": [
-                {"name": c["name"], "type": c["type"], "nullable": c.get("nullable", True)}
-                for c in spec.data["columns"]
-            ],
-            "derived": [{"name": c["name"], "expr": c["expr"]} for c in spec.data["derived"]],
-            "id_column": id_col,
-            "label_column": label["column"],
-            "label_classes": label["classes"],
-        }
+        return _validate_params(spec)
     if stage == "preprocess":
-        return {
-            **knobs,
-            "references": [
-                {
-                    "name": r["name"],
-                    "uri": expand(r["uri"], lake_root=lake_root, ds=ds),
-                    "format": r["format"],
-                    "options": r.get("options", {}),
-                    "join_keys": r["join_keys"],
-                    "columns": [{"name": c["name"], "expr": c.get("expr", c["name"])} for c in r["columns"]],
-                }
-                for r in spec.data.get("references", [])
-            ],
-            "id_column": id_col,
-            "label_column": label["column"],
-            **_feature_columns(spec),
-        }
-    if stage == "select_features":
-        return dict(knobs)
+        return _preprocess_params(spec, lake_root, ds)
     if stage == "sample":
-        return {**knobs, "label_classes": label["classes"]}
-    if stage == "export_shards":
-        pre = spec.stages["preprocess"]
+        return {**spec.stages["sample"], "label_classes": spec.data["label"]["classes"]}
+    if stage == "fit_transform":
         return {
-            **knobs,
-            "dataset": spec.name,
-            "logical_date": ds,
-            "run_id": run_id,
+            **spec.stages["fit_transform"],
+            **_window_params(spec, lake_root, ds, run_id),
+            **column_transforms(spec),
+            "contract": {
+                "validate": _validate_params(spec),
+                "preprocess": _preprocess_params(spec, lake_root, ds),
+            },
+        }
+    if stage == "export_shards":
+        return {
+            **spec.stages["export_shards"],
+            **_window_params(spec, lake_root, ds, run_id),
             "config_hash": config_hash(spec),
             "world_size": spec.training["world_size"],
-            "label_classes": label["classes"],
-            "categorical_buckets": pre["categorical_buckets"],
-            "text_vocab_size": pre["text_vocab_size"],
-            "text_max_tokens": pre["text_max_tokens"],
-            "transform_uri": lake_uri(lake_root, "preprocess", spec.name, ds) + "/_transform.json",
+            "window": window or {},
+            "transform_uri": layout.join(lake_uri(lake_root, "fit_transform", spec.name, ds), layout.TRANSFORM),
         }
     raise SpecError(f"unknown stage {stage!r}; expected one of {STAGES}")
 
 
-def stage_io(spec: DatasetSpec, stage: str, *, lake_root: str, ds: str) -> tuple[list[str], str]:
-    """(input URIs, output URI) of a stage for one logical date: the lake layout's wiring."""
+def stage_io(
+    spec: DatasetSpec, stage: str, *, lake_root: str, ds: str, window_days: Sequence[str] | None = None
+) -> tuple[list[str], str]:
+    """(input URIs, output URI) of a stage for one logical date: the lake layout's wiring.
+
+    Window stages read the sampled partitions of `window_days` (the window's complete
+    days, oldest first, ending with the run's own), as `wait_for_window` decided.
+    """
     if stage not in STAGES:
         raise SpecError(f"unknown stage {stage!r}; expected one of {STAGES}")
     output = lake_uri(lake_root, stage, spec.name, ds)
     if stage == "validate":
         return [expand(spec.source["uri"], lake_root=lake_root, ds=ds)], output
-    if stage == "export_shards":
-        days = window_dates(ds, spec.stages["export_shards"]["window_days"])
+    if stage in WINDOW_STAGES:
+        days = list(window_days) if window_days is not None else [ds]
+        if not days or days[-1] != ds:
+            raise SpecError(f"window days {days} must end with the run's own date {ds}")
         return [lake_uri(lake_root, "sample", spec.name, d) for d in days], output
     previous = STAGES[STAGES.index(stage) - 1]
     return [lake_uri(lake_root, previous, spec.name, ds)], output

@@ -3,7 +3,10 @@
 Every stage is submitted the same way (the Airflow operator builds this argv):
 
     spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/<stage>.py \
-        --input URI [--input URI ...] --output URI --params JSON
+        --input URI [--input URI ...] --output URI --params JSON [--error-file PATH]
+
+`--error-file` (a local path, client mode) receives the stage's own error message when
+it fails, so the Airflow task can fail with it instead of spark-submit's command line.
 
 A stage writes into a hidden staging folder beside its output partition and commits by
 renaming it over the partition, so a killed job never leaves a half-written partition
@@ -22,11 +25,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from lakeprep_contracts import layout
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-REPORT_NAME = "_lakeprep_report.json"
-QUARANTINE_DIR = "_quarantine"
+REPORT_NAME = layout.REPORT
+QUARANTINE_DIR = layout.QUARANTINE_DIR
 
 log = logging.getLogger("lakeprep_jobs")
 
@@ -38,6 +43,7 @@ class StageArgs:
     inputs: list[str]
     output: str
     params: dict[str, Any]
+    error_file: str | None = None
 
 
 def parse_args(argv: Sequence[str] | None, description: str) -> StageArgs:
@@ -45,6 +51,7 @@ def parse_args(argv: Sequence[str] | None, description: str) -> StageArgs:
     parser.add_argument("--input", action="append", required=True, dest="inputs")
     parser.add_argument("--output", required=True)
     parser.add_argument("--params", required=True, help="stage parameters as a JSON object")
+    parser.add_argument("--error-file", help="local file that receives the error message on failure")
     ns = parser.parse_args(argv)
     try:
         params = json.loads(ns.params)
@@ -52,7 +59,7 @@ def parse_args(argv: Sequence[str] | None, description: str) -> StageArgs:
         raise ValueError(f"--params is not valid JSON: {err}") from err
     if not isinstance(params, dict):
         raise ValueError(f"--params must be a JSON object, got {type(params).__name__}")
-    return StageArgs(inputs=ns.inputs, output=ns.output, params=params)
+    return StageArgs(inputs=ns.inputs, output=ns.output, params=params, error_file=ns.error_file)
 
 
 def params_from(cls: type[P], params: dict[str, Any]) -> P:
@@ -76,13 +83,19 @@ def stage_main(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s lakeprep %(levelname)s %(message)s")
     args = parse_args(argv, description)
-    params = params_from(params_cls, args.params)
-    spark = SparkSession.builder.appName(f"lakeprep-{params_cls.__name__}").getOrCreate()
     try:
-        report = run(spark, args.inputs, args.output, params)
-        log.info("report: %s", json.dumps(report, sort_keys=True))
-    finally:
-        spark.stop()
+        params = params_from(params_cls, args.params)
+        spark = SparkSession.builder.appName(f"lakeprep-{params_cls.__name__}").getOrCreate()
+        try:
+            report = run(spark, args.inputs, args.output, params)
+            log.info("report: %s", json.dumps(report, sort_keys=True))
+        finally:
+            spark.stop()
+    except Exception as err:
+        if args.error_file:
+            with open(args.error_file, "w", encoding="utf-8") as f:
+                f.write(f"{type(err).__name__}: {err}")
+        raise
 
 
 # ----------------------------------------------------------------- Hadoop FileSystem access

@@ -1,12 +1,16 @@
-"""Write balanced Parquet shards and `manifest.json` over a trailing window of days.
+"""Apply the run's fitted transform to every split of its window; write shards and `manifest.json`.
 
     spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/export_shards.py \
         --input <lake>/sample/flights/dt=2012-12-05 ... --input <lake>/sample/flights/dt=2013-01-03 \
-        --output <lake>/export/flights/dt=2013-01-03 --params '{"world_size": 2, ...}'
+        --output <lake>/export_shards/flights/dt=2013-01-03 --params '{"world_size": 2, ...}'
 
-The inputs are the window's sampled partitions, oldest first; missing earlier days are
-skipped and recorded (the window fills up as days arrive), the last one (the run's own
-day) must exist. See docs/MANIFEST.md for the format and the guarantees:
+The inputs are the window's complete sampled days, oldest first, as `wait_for_window`
+decided (its decision, naming failed and missing days, goes into the manifest's
+`window`); the last one is the run's own day. The transform is the run's
+`fit_transform/.../transform.json`, applied unchanged to train, validation and test
+(`lakeprep_jobs.transform`); its sha256 is recorded in the manifest. No NaN or infinity
+reaches a shard: every numeric output is checked and the export fails naming the
+column. See docs/MANIFEST.md for the format and the guarantees:
 
 - Rows of a split are numbered in a fixed order (hash of id, then id), so the numbering
   does not depend on partitioning. Row `i` goes to rank `i % world_size`, which gives
@@ -26,13 +30,18 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from lakeprep_contracts import layout
+
 from lakeprep_jobs import common
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-SPLITS = ("train", "validation", "test")
+SPLITS = layout.SPLITS
 FORMAT_VERSION = 1
+
+
+WINDOW_KEYS = ("days", "complete", "failed", "missing", "before_start")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,15 +51,14 @@ class ExportParams:
     run_id: str
     config_hash: str
     world_size: int
+    id_column: str
+    label_column: str
     label_classes: list[int]
-    categorical_buckets: int
-    text_vocab_size: int
-    text_max_tokens: int = 16
-    transform_uri: str | None = None
-    window_days: int = 30
-    batch_size: int = 256
-    target_shard_mb: float = 128
-    remainder: str = "drop"
+    transform_uri: str
+    batch_size: int
+    target_shard_mb: float
+    remainder: str
+    window: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     row_group_mb: float = 8
 
     def __post_init__(self) -> None:
@@ -151,113 +159,99 @@ def shard_columns(df: DataFrame) -> list[Any]:
     """The shard schema of docs/MANIFEST.md: float32 numerics, int32 ids."""
     from pyspark.sql import functions as F
 
-    cols = [F.col("id").cast("string"), F.col("label").cast("int")]
+    casts = {"numeric": "float", "categorical": "int", "text": "array<int>"}
+    cols = [F.col(layout.ID).cast("string"), F.col(layout.LABEL).cast("int")]
     for c in df.columns:
-        if c.startswith("num__"):
-            cols.append(F.col(c).cast("float").alias(c))
-        elif c.startswith("cat__"):
-            cols.append(F.col(c).cast("int").alias(c))
-        elif c.startswith("txt__"):
-            cols.append(F.col(c).cast("array<int>").alias(c))
+        role = layout.role_of(c)
+        if role:
+            cols.append(F.col(c).cast(casts[role]).alias(c))
     return cols
 
 
-def feature_schema(columns: list[str], p: ExportParams, text_len: dict[str, int]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for c in columns:
-        if c.startswith("num__"):
-            out.append({"name": c, "role": "numeric", "dtype": "float32", "shape": []})
-        elif c.startswith("cat__"):
-            out.append(
-                {
-                    "name": c,
-                    "role": "categorical",
-                    "dtype": "int32",
-                    "shape": [],
-                    "cardinality": p.categorical_buckets,
-                }
-            )
-        elif c.startswith("txt__"):
-            out.append(
-                {
-                    "name": c,
-                    "role": "text",
-                    "dtype": "int32",
-                    "shape": [text_len[c]],
-                    "vocab_size": p.text_vocab_size,
-                }
-            )
+def feature_schema(transform: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's `features`, from the fitted transform (ids, cardinalities, lengths)."""
+    out: list[dict[str, Any]] = [
+        {"name": e["output"], "role": "numeric", "dtype": "float32", "shape": []}
+        for e in transform["numeric"]
+    ]
+    out += [
+        {
+            "name": e["output"],
+            "role": "categorical",
+            "dtype": "int32",
+            "shape": [],
+            "cardinality": e["cardinality"],
+        }
+        for e in transform["categorical"]
+    ]
+    out += [
+        {
+            "name": e["output"],
+            "role": "text",
+            "dtype": "int32",
+            "shape": [e["max_tokens"]],
+            "vocab_size": e["cardinality"],
+        }
+        for e in transform["text"]
+    ]
     return out
 
 
-def neutral_value(column: str, text_max_tokens: int) -> Any:
-    """The value a dropped feature had on the day select_features dropped it, or None.
-
-    select_features drops a numeric when its variance is ~0: after standardization every
-    value of that day is 0.0. It drops a text column when all its ids are padding (0).
-    A dropped categorical had a single id that is no longer known: no neutral value.
-    """
+def check_finite(encoded: DataFrame, transform: dict[str, Any], where: str) -> None:
+    """Fail naming the column if any numeric output would be NaN or infinite (one aggregate)."""
     from pyspark.sql import functions as F
 
-    if column.startswith("num__"):
-        return F.lit(0.0).cast("double")
-    if column.startswith("txt__"):
-        return F.array_repeat(F.lit(0), text_max_tokens).cast("array<int>")
-    return None
+    names = [e["output"] for e in transform["numeric"]]
+    if not names:
+        return
+    bad = F.lit(None).cast("double")
+    row = encoded.agg(
+        *[
+            F.sum(
+                (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf")) | F.col(c).isNull()).cast("int")
+            ).alias(c)
+            for c in names
+        ]
+    ).collect()[0]
+    del bad
+    offending = {c: int(row[c]) for c in names if row[c]}
+    if offending:
+        raise ValueError(
+            f"export {where}: numeric feature(s) would hold NaN, infinity or null in a shard "
+            f"(rows per column {offending}); the raw values behind them need a contract fix "
+            "(validate quarantines non-finite doubles) or clip_quantiles"
+        )
 
 
-def read_window(
-    spark: SparkSession, inputs: list[str], text_max_tokens: int
-) -> tuple[DataFrame, list[dict[str, Any]], list[str], list[str]]:
-    """Union the window's partitions on every feature any day kept; record each source.
-
-    Returns (rows, sources, missing partitions, features left out). A feature that some
-    day dropped is filled there with the value it had (listed per source as
-    `filled_columns`); one without such a value (a categorical) is left out of the window.
-    """
-    from pyspark.sql import functions as F
-
-    present = [u for u in inputs if common.exists(spark, f"{u.rstrip('/')}/_SUCCESS")]
-    if not present or present[-1] != inputs[-1]:
-        raise FileNotFoundError(f"export needs the run's own sampled partition {inputs[-1]} (with _SUCCESS)")
-    frames = [spark.read.parquet(u) for u in present]
-    # Every feature any day kept: the run's day's columns first, then the others.
-    target = list(dict.fromkeys([*frames[-1].columns, *[c for f in frames for c in f.columns]]))
-    left_out = [
-        c
-        for c in target
-        if any(c not in f.columns for f in frames) and neutral_value(c, text_max_tokens) is None
-    ]
-    columns = [c for c in target if c not in left_out]
-    sources, parts = [], []
-    for uri, frame in zip(present, frames, strict=True):
+def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[dict[str, Any]]]:
+    """Union the window's sampled partitions; record each source (rows, bytes, fingerprint)."""
+    missing = [u for u in inputs if not common.exists(spark, layout.join(u, layout.SUCCESS))]
+    if missing:
+        raise FileNotFoundError(f"export needs complete sampled partitions (with _SUCCESS): {missing}")
+    sources = []
+    for uri in inputs:
         files = common.list_files(spark, uri)
-        fingerprint = hashlib.sha256(
-            json.dumps([(f.rsplit("/", 1)[-1], n) for f, n in files]).encode()
-        ).hexdigest()
+        data = [(f.rsplit("/", 1)[-1], n) for f, n in files if f.endswith(".parquet")]
         report = common.read_report(spark, uri)
-        filled = [c for c in columns if c not in frame.columns]
         sources.append(
             {
                 "uri": uri,
                 "rows": report["rows_out"],
-                "fingerprint": fingerprint,
-                "bytes": sum(n for f, n in files if f.endswith(".parquet")),
-                "filled_columns": filled,
+                "fingerprint": hashlib.sha256(json.dumps(data).encode()).hexdigest(),
+                "bytes": sum(n for _, n in data),
             }
         )
-        parts.append(
-            frame.select(
-                *[
-                    F.col(c) if c in frame.columns else neutral_value(c, text_max_tokens).alias(c)
-                    for c in columns
-                ]
-            )
-        )
-    union = parts[0]
-    for part in parts[1:]:
-        union = union.unionByName(part)
-    return union, sources, [u for u in inputs if u not in present], left_out
+    return spark.read.parquet(*inputs), sources
+
+
+def load_transform(spark: SparkSession, uri: str) -> tuple[dict[str, Any], str]:
+    """The fitted transform and the sha256 of its bytes, checked against the JSON Schema."""
+    from lakeprep_contracts import documents
+
+    text = common.read_text(spark, uri)
+    doc = json.loads(text)
+    documents.require("transform", doc, uri)
+    return doc, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def write_split(
@@ -328,20 +322,20 @@ def class_weights(counts: dict[str, int]) -> dict[str, float]:
 def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    window, sources, missing, left_out = read_window(spark, inputs, p.text_max_tokens)
-    window = window.cache()  # counted per split and class, then numbered and written per split
+    from lakeprep_jobs.transform import apply_transform
+
+    transform, transform_sha = load_transform(spark, p.transform_uri)
+    rows, sources = read_window(spark, inputs)
+    # Cached: checked for non-finite values, counted per split and class, then numbered
+    # and written per split.
+    window = apply_transform(rows, transform).cache()
+    check_finite(window, transform, output)
     counts = {
-        (r["split"], str(r["label"])): int(r["count"])
-        for r in window.groupBy("split", "label").count().collect()
+        (r[layout.SPLIT], str(r[layout.LABEL])): int(r["count"])
+        for r in window.groupBy(layout.SPLIT, layout.LABEL).count().collect()
     }
-    text_cols = [c for c in window.columns if c.startswith("txt__")]
-    text_len = {}
-    if text_cols:
-        row = window.agg(*[F.max(F.size(c)).alias(c) for c in text_cols]).collect()[0].asDict()
-        text_len = {c: int(row[c] or 0) for c in text_cols}
     rows_in = sum(counts.values())
     total_bytes = sum(s["bytes"] for s in sources)
-    feature_cols = [c for c in window.columns if c.split("__")[0] in ("num", "cat", "txt")]
 
     splits: dict[str, Any] = {}
     with common.PartitionCommit(spark, output) as staging:
@@ -352,9 +346,9 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
                 raise ValueError(
                     f"export {output}: the {split} split has {available} rows, fewer than "
                     f"world_size {p.world_size}; every rank needs at least one row "
-                    f"(widen export_shards.window_days or the sample fractions)"
+                    f"(widen window.days or the sample fractions)"
                 )
-            shards = write_split(spark, window.filter(F.col("split") == split), split, plan, staging, p)
+            shards = write_split(spark, window.filter(F.col(layout.SPLIT) == split), split, plan, staging, p)
             splits[split] = {
                 "rows": plan.rows,
                 "rows_available": available,
@@ -375,13 +369,12 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             "logical_date": p.logical_date,
             "run_id": p.run_id,
             "config_hash": p.config_hash,
-            "window_days": p.window_days,
+            "window_days": len(p.window.get("days", [])) or len(inputs),
+            "window": {k: list(p.window.get(k, [])) for k in WINDOW_KEYS},
             "source_partitions": sources,
-            "missing_partitions": missing,
-            "features_left_out": left_out,
-            "label": {"name": "label", "classes": p.label_classes},
-            "features": feature_schema(feature_cols, p, text_len),
-            "transform": p.transform_uri,
+            "label": {"name": layout.LABEL, "classes": p.label_classes},
+            "features": feature_schema(transform),
+            "transform": {"uri": p.transform_uri, "sha256": transform_sha},
             "splits": splits,
             "class_weights": class_weights(splits["train"]["class_counts"]),
         }
@@ -395,13 +388,24 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             "rows_dropped_for_balance": max(0, rows_in - rows_out),
             "rows_padded_for_balance": max(0, rows_out - rows_in),
             "shards": {s: len(v["shards"]) for s, v in splits.items()},
+            "window": manifest["window"],
         }
+        check_manifest(manifest, layout.join(output, layout.MANIFEST))
         common.write_report(spark, staging, report)
         common.write_success(spark, staging)
         # Last: the manifest is the signal that the export is complete.
-        common.write_text(spark, f"{staging}/manifest.json", json.dumps(manifest, indent=2, sort_keys=True))
+        common.write_text(
+            spark, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
+        )
     window.unpersist()
     return report
+
+
+def check_manifest(manifest: dict[str, Any], where: str) -> None:
+    """The writer checks the JSON Schema that the trainer checks."""
+    from lakeprep_contracts import documents
+
+    documents.require("manifest", manifest, where)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -1,7 +1,7 @@
 """Stratified sample by class and a stable train/validation/test split.
 
     spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/sample.py \
-        --input <lake>/select_features/flights/dt=2013-01-01 \
+        --input <lake>/preprocess/flights/dt=2013-01-01 \
         --output <lake>/sample/flights/dt=2013-01-01 \
         --params '{"fraction": 1.0, "class_fractions": {"0": 0.5}, "seed": 7, "splits": {...}, ...}'
 

@@ -10,29 +10,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakeprep_jobs import common, export_shards
-from lakeprep_jobs.export_shards import ExportParams, SplitPlan
+from lakeprep_jobs import common, export_shards, fit_transform
+from lakeprep_jobs.export_shards import SplitPlan
 from lakeprep_train.manifest import load_manifest, verify_shards
+from tests.spark_jobs.window_data import DAY_3, day_rows, export_params, fit_params, land_day
 
-SCHEMA = "id string, label int, num__x double, cat__c int, txt__t array<int>, split string"
 MIB = 1 << 20
 
 
-def params(**kw) -> ExportParams:
-    base = dict(
-        dataset="flights",
-        logical_date="2013-01-03",
-        run_id="manual__2013-01-03T00:00:00+00:00",
-        config_hash="c0ffee",
-        world_size=2,
-        label_classes=[0, 1],
-        categorical_buckets=64,
-        text_vocab_size=128,
-        window_days=3,
-        batch_size=2,
-    )
-    base.update(kw)
-    return ExportParams(**base)
+def params(**kw):
+    return export_params("file:///unused/transform.json", **kw)
 
 
 # ------------------------------------------------------------------------- plan_split
@@ -143,27 +130,27 @@ def test_assign_shards_pad_repeats_rows_to_equal_counts(spark, available, world_
 # ---------------------------------------------------------------------------- run()
 
 
-def land_day(spark, root: Path, day: str, rows: list[tuple]) -> str:
-    """A sampled partition as the sample stage leaves it: Parquet, _SUCCESS and the report."""
-    part = root / "sample" / f"dt={day}"
-    spark.createDataFrame(rows, SCHEMA).repartition(2).write.parquet(f"file://{part}")
-    assert (part / "_SUCCESS").exists()
-    (part / common.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
-    return f"file://{part}"
-
-
-def day_rows(day: str, train: int, validation: int, test: int) -> list[tuple]:
-    splits = ["train"] * train + ["validation"] * validation + ["test"] * test
-    return [
-        (f"{day}-{i}", i % 2, float(i), 1 + i % 5, [1 + i % 7, 3, 0], split) for i, split in enumerate(splits)
-    ]
+def fitted(spark, root: Path, inputs: list[str]) -> str:
+    """The window's transform, fitted for real: the URI of its transform.json."""
+    out = root / "fit_transform" / f"dt={DAY_3}"
+    fit_transform.run(spark, inputs, f"file://{out}", fit_params())
+    return f"file://{out}/transform.json"
 
 
 def window(spark, root: Path) -> list[str]:
-    """Three days; the oldest is missing. Train: 4 + 3 = 7 rows (odd), validation 4, test 4."""
-    land_day(spark, root, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
-    land_day(spark, root, "2013-01-03", day_rows("2013-01-03", 3, 2, 2))
-    return [f"file://{root}/sample/dt={d}" for d in ("2013-01-01", "2013-01-02", "2013-01-03")]
+    """Two complete days (the oldest of three is missing). Train 4 + 3 = 7 rows, validation 4, test 4."""
+    return [
+        land_day(spark, root, "2013-01-02", day_rows("2013-01-02", 4, 2, 2)),
+        land_day(spark, root, DAY_3, day_rows(DAY_3, 3, 2, 2)),
+    ]
+
+
+def export(spark, root: Path, inputs: list[str], **kw) -> tuple[Path, dict]:
+    out_dir = root / "export_shards" / f"dt={DAY_3}"
+    report = export_shards.run(
+        spark, inputs, f"file://{out_dir}", export_params(fitted(spark, root, inputs), **kw)
+    )
+    return out_dir, report
 
 
 def shard_rows(folder: Path, manifest: dict, split: str) -> dict[int, list[dict]]:
@@ -179,16 +166,20 @@ def shard_rows(folder: Path, manifest: dict, split: str) -> dict[int, list[dict]
 
 def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tmp_path):
     inputs = window(spark, tmp_path)
-    out_dir = tmp_path / "export" / "dt=2013-01-03"
-    report = export_shards.run(spark, inputs, f"file://{out_dir}", params(target_shard_mb=1e-6))
+    out_dir, report = export(spark, tmp_path, inputs, target_shard_mb=1e-6)
 
     manifest_path = out_dir / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    assert manifest["missing_partitions"] == [inputs[0]]
-    assert [s["uri"] for s in manifest["source_partitions"]] == inputs[1:]
+    assert manifest["window"]["missing"] == ["2013-01-01"]
+    assert manifest["window"]["complete"] == ["2013-01-02", DAY_3]
+    assert [s["uri"] for s in manifest["source_partitions"]] == inputs
     assert [s["rows"] for s in manifest["source_partitions"]] == [8, 7]
     assert [f["name"] for f in manifest["features"]] == ["num__x", "cat__c", "txt__t"]
-    assert manifest["features"][2]["shape"] == [3] and manifest["features"][1]["cardinality"] == 64
+    transform_doc = json.loads((tmp_path / "fit_transform" / f"dt={DAY_3}" / "transform.json").read_text())
+    assert manifest["features"][1]["cardinality"] == len(transform_doc["categorical"][0]["vocabulary"]) + 2
+    assert manifest["features"][2]["shape"] == [3]
+    transform_bytes = (tmp_path / "fit_transform" / f"dt={DAY_3}" / "transform.json").read_bytes()
+    assert manifest["transform"]["sha256"] == hashlib.sha256(transform_bytes).hexdigest()
 
     train = manifest["splits"]["train"]
     assert (train["rows_available"], train["rows"]) == (7, 6)
@@ -238,13 +229,27 @@ def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tm
     assert loaded.split("train").plan.rows_per_rank == 3
 
 
+def test_every_split_gets_the_one_transform(spark, tmp_path):
+    inputs = window(spark, tmp_path)
+    out_dir, _ = export(spark, tmp_path, inputs)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    doc = json.loads((tmp_path / "fit_transform" / f"dt={DAY_3}" / "transform.json").read_text())
+    (num,) = doc["numeric"]
+    raw = {r["id"]: r["x"] for r in spark.read.parquet(*inputs).collect()}
+    for split in ("train", "validation", "test"):
+        for rows in shard_rows(out_dir, manifest, split).values():
+            for row in rows:
+                expected = (raw[row["id"]] - num["center"]) / num["scale"]
+                assert row["num__x"] == pytest.approx(expected, rel=1e-6), (split, row["id"])
+
+
 def test_pad_mode_repeats_rows_to_equal_counts(spark, tmp_path):
     # Train 4 + 3 = 7 rows; validation has a single row, fewer than the 2 repeats it needs.
-    land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 1, 2))
-    land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 3, 0, 2))
-    inputs = [f"file://{tmp_path}/sample/dt={d}" for d in ("2013-01-02", "2013-01-03")]
-    out_dir = tmp_path / "export" / "dt=2013-01-03"
-    export_shards.run(spark, inputs, f"file://{out_dir}", params(world_size=3, remainder="pad"))
+    inputs = [
+        land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 1, 2)),
+        land_day(spark, tmp_path, DAY_3, day_rows(DAY_3, 3, 0, 2)),
+    ]
+    out_dir, _ = export(spark, tmp_path, inputs, world_size=3, remainder="pad")
 
     manifest = json.loads((out_dir / "manifest.json").read_text())
     train = manifest["splits"]["train"]
@@ -263,40 +268,45 @@ def test_pad_mode_repeats_rows_to_equal_counts(spark, tmp_path):
     assert verify_shards(load_manifest((out_dir / "manifest.json").as_uri())) == []
 
 
-def test_missing_own_day_fails_clearly(spark, tmp_path):
-    land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
-    own = f"file://{tmp_path}/sample/dt=2013-01-03"
-    with pytest.raises(FileNotFoundError, match="run's own sampled partition .*dt=2013-01-03"):
-        export_shards.run(
-            spark, [f"file://{tmp_path}/sample/dt=2013-01-02", own], f"file://{tmp_path}/export/x", params()
-        )
+def test_an_incomplete_input_fails_clearly(spark, tmp_path):
+    inputs = window(spark, tmp_path)
+    transform_uri = fitted(spark, tmp_path, inputs)
+    (tmp_path / "sample" / "dt=2013-01-02" / "_SUCCESS").unlink()
+    with pytest.raises(FileNotFoundError, match="complete sampled partitions .*dt=2013-01-02"):
+        export_shards.run(spark, inputs, f"file://{tmp_path}/export/x", export_params(transform_uri))
     assert not (tmp_path / "export" / "x").exists()
+
+
+def test_a_numeric_that_would_be_infinite_fails_naming_the_column(spark, tmp_path):
+    inputs = window(spark, tmp_path)
+    transform_uri = fitted(spark, tmp_path, inputs)
+    rows = day_rows(DAY_3, 3, 2, 2)
+    rows[4] = (rows[4][0], 0, float("inf"), "a", [], "validation")
+    land_day(spark, tmp_path, DAY_3, rows)
+    with pytest.raises(ValueError, match=r"num__x': 1\}"):
+        export_shards.run(spark, inputs, f"file://{tmp_path}/export/x", export_params(transform_uri))
 
 
 def test_run_twice_gives_the_same_export(spark, tmp_path):
     inputs = window(spark, tmp_path)
-    out_dir = tmp_path / "export" / "dt=2013-01-03"
-    export_shards.run(spark, inputs, f"file://{out_dir}", params())
+    out_dir, _ = export(spark, tmp_path, inputs)
     first = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
 
-    export_shards.run(spark, inputs, f"file://{out_dir}", params())
+    out_dir, _ = export(spark, tmp_path, inputs)
     second = {p.relative_to(out_dir): p.read_bytes() for p in out_dir.rglob("*") if p.is_file()}
 
     assert Path("manifest.json") in second
     assert sorted(second) == sorted(first)
     assert json.loads(second[Path("manifest.json")]) == json.loads(first[Path("manifest.json")])
     assert second == first
-    assert not list((tmp_path / "export" / "_staging").iterdir())
+    assert not list((tmp_path / "export_shards" / "_staging").iterdir())
 
 
 def test_empty_test_split_and_absent_class_still_give_a_manifest_the_trainer_accepts(spark, tmp_path):
     # Only label 0 rows in train (ids with even i), no test rows at all.
-    rows = [r for r in day_rows("2013-01-03", 6, 2, 0) if r[5] != "train" or r[1] == 0]
-    land_day(spark, tmp_path, "2013-01-03", rows)
-    out_dir = tmp_path / "export" / "dt=2013-01-03"
-    export_shards.run(
-        spark, [f"file://{tmp_path}/sample/dt=2013-01-03"], f"file://{out_dir}", params(world_size=2)
-    )
+    rows = [r for r in day_rows(DAY_3, 6, 2, 0) if r[5] != "train" or r[1] == 0]
+    inputs = [land_day(spark, tmp_path, DAY_3, rows)]
+    out_dir, _ = export(spark, tmp_path, inputs, world_size=2)
     manifest = json.loads((out_dir / "manifest.json").read_text())
     assert manifest["splits"]["test"]["rows"] == 0 and manifest["splits"]["test"]["shards"] == []
     assert manifest["class_weights"] == {"0": 1.0, "1": 1.0}
@@ -304,55 +314,6 @@ def test_empty_test_split_and_absent_class_still_give_a_manifest_the_trainer_acc
 
 
 def test_validation_split_smaller_than_world_size_is_refused(spark, tmp_path):
-    land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 6, 1, 2))
+    inputs = [land_day(spark, tmp_path, DAY_3, day_rows(DAY_3, 6, 1, 2))]
     with pytest.raises(ValueError, match="the validation split has 1 rows, fewer than world_size 2"):
-        export_shards.run(
-            spark,
-            [f"file://{tmp_path}/sample/dt=2013-01-03"],
-            f"file://{tmp_path}/export/x",
-            params(world_size=2),
-        )
-
-
-def test_features_dropped_on_an_earlier_day_are_filled_or_left_out(spark, tmp_path):
-    old = land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
-    (tmp_path / "sample" / "dt=2013-01-02").rename(tmp_path / "full")
-    spark.read.parquet(f"file://{tmp_path}/full").drop("num__x", "cat__c").write.parquet(old)
-    (tmp_path / "sample" / "dt=2013-01-02" / common.REPORT_NAME).write_text(json.dumps({"rows_out": 8}))
-    new = land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 4, 2, 2))
-    out_dir = tmp_path / "export" / "dt=2013-01-03"
-    export_shards.run(spark, [old, new], f"file://{out_dir}", params())
-    manifest = json.loads((out_dir / "manifest.json").read_text())
-    # num__x: constant (0.0 after scaling) on the day it was dropped, so filled with 0.0;
-    # cat__c: its single id is unknown, so it leaves the whole window.
-    assert [s["filled_columns"] for s in manifest["source_partitions"]] == [["num__x"], []]
-    assert manifest["features_left_out"] == ["cat__c"]
-    assert [f["name"] for f in manifest["features"]] == ["num__x", "txt__t"]
-    assert manifest["splits"]["train"]["rows"] == 8
-    rows = [
-        r
-        for f in sorted((out_dir / "shards" / "train").glob("*.parquet"))
-        for r in pq.read_table(f).to_pylist()
-    ]
-    assert {r["num__x"] for r in rows if r["id"].startswith("2013-01-02")} == {0.0}
-    assert {r["num__x"] for r in rows if r["id"].startswith("2013-01-03")} != {0.0}
-
-
-def test_a_feature_dropped_on_the_run_day_but_kept_earlier_stays_in_the_window(spark, tmp_path):
-    old = land_day(spark, tmp_path, "2013-01-02", day_rows("2013-01-02", 4, 2, 2))
-    new = land_day(spark, tmp_path, "2013-01-03", day_rows("2013-01-03", 4, 2, 2))
-    (tmp_path / "sample" / "dt=2013-01-03").rename(tmp_path / "full")
-    spark.read.parquet(f"file://{tmp_path}/full").drop("txt__t").write.parquet(new)
-    (tmp_path / "sample" / "dt=2013-01-03" / common.REPORT_NAME).write_text(json.dumps({"rows_out": 8}))
-    out_dir = tmp_path / "export" / "dt=2013-01-03"
-    export_shards.run(spark, [old, new], f"file://{out_dir}", params(text_max_tokens=3))
-    manifest = json.loads((out_dir / "manifest.json").read_text())
-    assert [s["filled_columns"] for s in manifest["source_partitions"]] == [[], ["txt__t"]]
-    text = next(f for f in manifest["features"] if f["name"] == "txt__t")
-    assert text["shape"] == [3]
-    rows = [
-        r
-        for f in sorted((out_dir / "shards" / "train").glob("*.parquet"))
-        for r in pq.read_table(f).to_pylist()
-    ]
-    assert {tuple(r["txt__t"]) for r in rows if r["id"].startswith("2013-01-03")} == {(0, 0, 0)}
+        export(spark, tmp_path, inputs, world_size=2)

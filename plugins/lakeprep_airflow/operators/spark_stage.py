@@ -5,17 +5,26 @@ deploy mode, queue and Kerberos settings, explicit arguments override it, and th
 provider does the submitting, log streaming, masking and killing. What this class adds
 is the lakeprep contract: it re-reads and re-validates the dataset spec when the task
 starts (with the run's trigger-form overrides), derives the stage's inputs, output and
-`--params` JSON from it, ships `lakeprep_jobs` as a zip, and returns the stage's row
-accounting (`_lakeprep_report.json`) as its XCom.
+`--params` JSON from it, ships `lakeprep_jobs` (with `lakeprep_contracts`) as a zip,
+and returns the stage's row accounting (`_lakeprep_report.json`) as its XCom.
+
+Window stages (`fit_transform`, `export_shards`) read the days that `wait_for_window`
+decided (its XCom), so both see the same days and the manifest can name the others.
+A failed stage fails the task with the stage's own message first (the job writes it to
+`--error-file`, a local file in client mode); spark-submit's command line and log tail
+stay in the chained cause.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException
 
 from lakeprep_airflow import jobs_package, lake_fs
 from lakeprep_airflow import spec as spec_mod
@@ -26,12 +35,19 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-def stage_argv(inputs: Sequence[str], output: str, params: dict[str, Any]) -> list[str]:
+def stage_argv(
+    inputs: Sequence[str], output: str, params: dict[str, Any], error_file: str | None = None
+) -> list[str]:
     """The argv contract every `lakeprep_jobs` stage parses (see `common.parse_args`)."""
     argv: list[str] = []
     for uri in inputs:
         argv += ["--input", uri]
-    return [*argv, "--output", output, "--params", json.dumps(params, sort_keys=True, separators=(",", ":"))]
+    argv += ["--output", output, "--params", json.dumps(params, sort_keys=True, separators=(",", ":"))]
+    return [*argv, "--error-file", error_file] if error_file else argv
+
+
+class StageFailed(AirflowException):
+    """A stage's job failed; the message is the job's own error, not spark-submit's."""
 
 
 def parse_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
@@ -81,6 +97,7 @@ class SparkStageOperator(SparkSubmitOperator):
         run_ds: str = RUN_DS_TEMPLATE,
         overrides: dict[str, str] | None = None,
         webhdfs_conn_id: str = "webhdfs_default",
+        window_task_id: str = "wait_for_window",
         **kwargs: Any,
     ) -> None:
         if stage not in spec_mod.STAGES:
@@ -93,21 +110,43 @@ class SparkStageOperator(SparkSubmitOperator):
         self.run_ds = run_ds
         self.overrides = overrides
         self.webhdfs_conn_id = webhdfs_conn_id
+        self.window_task_id = window_task_id
+        self._error_file: str | None = None
 
-    def prepare_submission(self, run_id: str) -> tuple[list[str], str]:
+    def prepare_submission(
+        self, run_id: str, window: dict[str, list[str]] | None = None
+    ) -> tuple[list[str], str]:
         """Validate the spec and fill `application`, `py_files`, `application_args`, `conf`.
 
-        Returns (inputs, output). Split from `execute` so tests can compare argv as lists.
+        `window` is `wait_for_window`'s decision (window stages only). Returns (inputs,
+        output). Split from `execute` so tests can compare argv as lists.
         """
         spec = spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
         lake_root = require_lake_root(self.lake_root)
-        inputs, output = spec_mod.stage_io(spec, self.stage, lake_root=lake_root, ds=self.run_ds)
-        params = spec_mod.stage_params(spec, self.stage, lake_root=lake_root, ds=self.run_ds, run_id=run_id)
+        windowed = self.stage in spec_mod.WINDOW_STAGES
+        if windowed and not window:
+            raise ValueError(f"stage {self.stage} needs the window decided by task {self.window_task_id!r}")
+        inputs, output = spec_mod.stage_io(
+            spec,
+            self.stage,
+            lake_root=lake_root,
+            ds=self.run_ds,
+            window_days=window["complete"] if windowed else None,
+        )
+        params = spec_mod.stage_params(
+            spec, self.stage, lake_root=lake_root, ds=self.run_ds, run_id=run_id, window=window
+        )
         self.application = str(jobs_package.stage_script(self.stage))
         self.py_files = str(jobs_package.build_zip())
-        self.application_args = stage_argv(inputs, output, params)
-        # The spec's Spark settings first; the operator's own `conf` wins.
-        self.conf = {**spec.data.get("spark", {}).get("conf", {}), **(self.conf or {})}
+        self.application_args = stage_argv(inputs, output, params, self._error_file)
+        # The spec's Spark settings first (its time zone as the session's, so timestamps
+        # without an offset and calendar functions use the dataset's zone); the
+        # operator's own `conf` wins.
+        self.conf = {
+            "spark.sql.session.timeZone": spec.data.get("time_zone", "UTC"),
+            **spec.data.get("spark", {}).get("conf", {}),
+            **(self.conf or {}),
+        }
         return inputs, output
 
     def _check_connection(self) -> None:
@@ -135,13 +174,31 @@ class SparkStageOperator(SparkSubmitOperator):
         if not status.has_marker:
             raise FileNotFoundError(f"stage {self.stage} needs a complete partition: {status.describe()}")
 
+    def _window(self, context: Context) -> dict[str, list[str]] | None:
+        if self.stage not in spec_mod.WINDOW_STAGES:
+            return None
+        return context["ti"].xcom_pull(task_ids=self.window_task_id)
+
     def execute(self, context: Context) -> dict[str, Any]:
-        inputs, output = self.prepare_submission(context["run_id"])
-        self._check_connection()
-        # The run's own day is always the last input (export reads a window before it).
-        self._check_input(inputs[-1])
-        self.log.info("stage %s: %s", self.stage, " ".join(self.application_args))
-        super().execute(context)
+        fd, self._error_file = tempfile.mkstemp(prefix=f"lakeprep-{self.stage}-", suffix=".error")
+        os.close(fd)
+        try:
+            inputs, output = self.prepare_submission(context["run_id"], self._window(context))
+            self._check_connection()
+            # The run's own day is always the last input (window stages read earlier days too).
+            self._check_input(inputs[-1])
+            self.log.info("stage %s: %s", self.stage, " ".join(self.application_args))
+            try:
+                super().execute(context)
+            except AirflowException as err:
+                with open(self._error_file, encoding="utf-8") as f:
+                    message = f.read().strip()
+                if message:
+                    raise StageFailed(f"stage {self.stage} failed: {message}") from err
+                raise
+        finally:
+            os.unlink(self._error_file)
+            self._error_file = None
         fs, path = lake_fs.resolve(output, webhdfs_conn_id=self.webhdfs_conn_id)
         report = json.loads(fs.read_bytes(lake_fs.join(path, spec_mod.REPORT_NAME)))
         self.log.info(

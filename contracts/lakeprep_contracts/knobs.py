@@ -1,0 +1,362 @@
+"""Every stage's knobs, declared once.
+
+A knob is a name, a default, a JSON Schema for its value and one line of docs. From
+this declaration come the spec schema's `stages.<stage>` sections and their defaults
+(`lakeprep_airflow.spec`), the trigger form's fields and bounds (`form` knobs, in
+`lakeprep_airflow.dag_factory`), the knob table in docs/SPEC.md (`markdown_table`, kept
+in sync by a test) and the keys each Spark job's params dataclass must accept (a test
+compares them). Adding a knob is adding a line here and reading it in the stage.
+
+    python -m lakeprep_contracts.knobs      # prints the docs table
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+_FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
+_SEED = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
+_SCALINGS = ["standard", "minmax", "robust", "none"]
+_IMPUTES = ["mean", "median"]
+_ENCODINGS = ["vocab", "hash"]
+_QUANTILE_PAIR = {
+    "type": ["array", "null"],
+    "minItems": 2,
+    "maxItems": 2,
+    "items": {"type": "number", "minimum": 0, "maximum": 1},
+}
+
+
+@dataclass(frozen=True)
+class FormField:
+    """How a knob appears in the trigger form (`Param` in the DAG)."""
+
+    param: str  # the form field's name: `{{ params.<param> }}`
+    title: str
+    section: str
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: Any
+    schema: dict[str, Any]
+    doc: str
+    form: FormField | None = None
+
+
+# Group -> knobs. A group is a spec section: `stages.<stage>` for stages, else top level.
+KNOBS: dict[str, tuple[Knob, ...]] = {
+    "validate": (
+        Knob(
+            "max_quarantine_share",
+            0.1,
+            _FRACTION,
+            "fail the partition above this share of quarantined rows (it is still written, "
+            "without `_SUCCESS`, for inspection)",
+        ),
+        Knob("allow_empty", False, {"type": "boolean"}, "accept a partition with no rows"),
+    ),
+    "preprocess": (
+        Knob(
+            "deduplicate",
+            True,
+            {"type": "boolean"},
+            "keep one row per id (the first by a hash of the whole row, so the choice does not "
+            "depend on file order); exact and conflicting duplicates are counted",
+        ),
+        Knob(
+            "text_max_length",
+            65536,
+            {"type": "integer", "minimum": 1, "maximum": 1 << 26},
+            "characters of a text value kept before tokenizing (longer values are cut, counted)",
+        ),
+    ),
+    "sample": (
+        Knob(
+            "fraction",
+            1.0,
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "share of each class kept",
+            FormField("sample_fraction", "Sample fraction", "Sampling"),
+        ),
+        Knob(
+            "class_fractions",
+            {},
+            {
+                "type": "object",
+                "propertyNames": {"pattern": "^-?[0-9]+$"},
+                "additionalProperties": _FRACTION,
+            },
+            "per-class shares, keys are class values as strings",
+        ),
+        Knob(
+            "seed",
+            0,
+            _SEED,
+            "hash seed: same data and seed, same sample",
+            FormField("seed", "Sampling seed", "Sampling"),
+        ),
+        Knob(
+            "splits",
+            {"train": 0.8, "validation": 0.1, "test": 0.1},
+            {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["train", "validation", "test"],
+                "properties": {k: _FRACTION for k in ("train", "validation", "test")},
+            },
+            "train/validation/test shares, by a seed-independent hash of the id",
+        ),
+    ),
+    "window": (
+        Knob(
+            "days",
+            30,
+            {"type": "integer", "minimum": 1, "maximum": 3660},
+            "sampled days, ending at the run's date, that one run fits on and exports",
+        ),
+        Knob(
+            "wait_timeout_seconds",
+            6 * 3600,
+            {"type": "integer", "minimum": 1},
+            "how long `wait_for_window` waits for earlier days' runs to finish",
+        ),
+        Knob(
+            "poke_interval_seconds",
+            60,
+            {"type": "integer", "minimum": 1},
+            "how often `wait_for_window` looks",
+        ),
+    ),
+    "check_drift": (
+        Knob(
+            "psi_threshold",
+            0.25,
+            {"type": "number", "exclusiveMinimum": 0},
+            "population stability index above which a numeric feature drifts",
+        ),
+        Knob(
+            "jsd_threshold",
+            0.1,
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "Jensen-Shannon distance above which a categorical or text feature drifts",
+        ),
+        Knob(
+            "action",
+            "warn",
+            {"enum": ["warn", "stop"]},
+            "`warn`: record and log; `stop`: fail before fitting, naming feature, value, threshold",
+        ),
+        Knob(
+            "min_reference_days",
+            1,
+            {"type": "integer", "minimum": 1},
+            "earlier days needed before drift is judged",
+        ),
+    ),
+    "fit_transform": (
+        Knob(
+            "numeric_scaling",
+            "standard",
+            {"enum": _SCALINGS},
+            "default scaling of numerics: standard, minmax, robust or none (per column: "
+            "`transform.scaling`)",
+        ),
+        Knob(
+            "numeric_impute",
+            "mean",
+            {"enum": _IMPUTES},
+            "fill for missing numerics: mean or median of the train split (`transform.impute`)",
+        ),
+        Knob(
+            "clip_quantiles",
+            None,
+            _QUANTILE_PAIR,
+            "`[low, high]` clips numerics to the train split's quantiles before scaling "
+            "(`transform.clip_quantiles`)",
+        ),
+        Knob(
+            "categorical_encoding",
+            "vocab",
+            {"enum": _ENCODINGS},
+            "`vocab`: ids from a vocabulary fitted on the train split; `hash`: hashed ids "
+            "(`transform.encoding`)",
+        ),
+        Knob(
+            "categorical_min_frequency",
+            1,
+            {"type": "integer", "minimum": 1},
+            "train rows a value needs to enter the vocabulary (`transform.min_frequency`)",
+        ),
+        Knob(
+            "categorical_max_vocab",
+            10000,
+            {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+            "vocabulary size cap, most frequent first (`transform.max_vocab`)",
+        ),
+        Knob(
+            "categorical_buckets",
+            1024,
+            {"type": "integer", "minimum": 2, "maximum": 1 << 24},
+            "hashed categorical ids are `1 + xxhash64 mod (buckets - 1)` (`transform.buckets`)",
+        ),
+        Knob(
+            "text_encoding",
+            "vocab",
+            {"enum": _ENCODINGS},
+            "token ids from a fitted vocabulary or hashed (`transform.encoding`)",
+        ),
+        Knob(
+            "text_min_frequency",
+            1,
+            {"type": "integer", "minimum": 1},
+            "train occurrences a token needs to enter the vocabulary",
+        ),
+        Knob(
+            "text_vocab_size",
+            4096,
+            {"type": "integer", "minimum": 2, "maximum": 1 << 24},
+            "token vocabulary cap (vocab) or hash buckets (hash), ids 0/1 reserved",
+        ),
+        Knob(
+            "text_max_tokens",
+            16,
+            {"type": "integer", "minimum": 1, "maximum": 4096},
+            "text becomes exactly this many ids (truncated or padded; both counted)",
+        ),
+    ),
+    "export_shards": (
+        Knob(
+            "batch_size",
+            256,
+            {"type": "integer", "minimum": 1, "maximum": 1 << 20},
+            "the plan's batch size: `steps_per_rank = ceil(rows_per_rank / batch_size)`",
+        ),
+        Knob(
+            "target_shard_mb",
+            128,
+            {"type": "number", "exclusiveMinimum": 0},
+            "target shard size; the shard count is a multiple of the world size",
+        ),
+        Knob(
+            "remainder",
+            "drop",
+            {"enum": ["drop", "pad"]},
+            "`drop` the rows that do not divide by the world size, or `pad` by repeating rows",
+        ),
+    ),
+    "training": (
+        Knob("backend", "local", {"enum": ["local"]}, "`local`: the trainer runs on the Airflow worker"),
+        Knob(
+            "world_size",
+            1,
+            {"type": "integer", "minimum": 1, "maximum": 1024},
+            "ranks the shards are planned for, and the processes launched",
+        ),
+        Knob(
+            "epochs",
+            2,
+            {"type": "integer", "minimum": 1, "maximum": 1000},
+            "training epochs",
+            FormField("epochs", "Training epochs", "Training"),
+        ),
+        Knob(
+            "learning_rate",
+            1e-3,
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
+            "Adam learning rate",
+        ),
+    ),
+}
+
+# The groups that are stages (spec `stages.<name>`); the others are top-level sections.
+STAGE_GROUPS = ("validate", "preprocess", "sample", "check_drift", "fit_transform", "export_shards")
+TOP_LEVEL_GROUPS = ("window", "training")
+
+# Per-column transform overrides (`columns[].transform`): key -> (knob it overrides, roles).
+COLUMN_TRANSFORM_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "scaling": ("numeric_scaling", ("numeric",)),
+    "impute": ("numeric_impute", ("numeric",)),
+    "clip_quantiles": ("clip_quantiles", ("numeric",)),
+    "encoding": ("categorical_encoding", ("categorical", "text")),
+    "min_frequency": ("categorical_min_frequency", ("categorical", "text")),
+    "max_vocab": ("categorical_max_vocab", ("categorical",)),
+    "buckets": ("categorical_buckets", ("categorical",)),
+    "vocab_size": ("text_vocab_size", ("text",)),
+    "max_tokens": ("text_max_tokens", ("text",)),
+}
+
+
+def knob(group: str, name: str) -> Knob:
+    for k in KNOBS[group]:
+        if k.name == name:
+            return k
+    raise KeyError(f"no knob {name!r} in {group!r}; known: {[k.name for k in KNOBS[group]]}")
+
+
+def defaults(group: str) -> dict[str, Any]:
+    return {k.name: json.loads(json.dumps(k.default)) for k in KNOBS[group]}
+
+
+def group_schema(group: str) -> dict[str, Any]:
+    """JSON Schema of one group's section: its knobs, nothing else."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {k.name: k.schema for k in KNOBS[group]},
+    }
+
+
+def column_transform_schema() -> dict[str, Any]:
+    """Schema of a column's `transform` overrides, from the knobs they override."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            key: knob("fit_transform", target).schema for key, (target, _) in COLUMN_TRANSFORM_KEYS.items()
+        },
+    }
+
+
+def form_knobs() -> list[tuple[str, Knob]]:
+    """(spec path, knob) of every knob shown in the trigger form."""
+    out = []
+    for group, knobs in KNOBS.items():
+        prefix = f"stages.{group}" if group in STAGE_GROUPS else group
+        out += [(f"{prefix}.{k.name}", k) for k in knobs if k.form]
+    return out
+
+
+def describe_bounds(schema: dict[str, Any]) -> str:
+    """`0 < x <= 1`, `one of a, b`: the allowed values in words, for docs and the form."""
+    if "enum" in schema:
+        return "one of " + ", ".join(json.dumps(v) for v in schema["enum"])
+    low = ("> ", schema["exclusiveMinimum"]) if "exclusiveMinimum" in schema else None
+    low = low or ((">= ", schema["minimum"]) if "minimum" in schema else None)
+    high = ("< ", schema["exclusiveMaximum"]) if "exclusiveMaximum" in schema else None
+    high = high or (("<= ", schema["maximum"]) if "maximum" in schema else None)
+    parts = [f"{op}{v}" for op, v in (low, high) if op]
+    kind = schema.get("type")
+    kind = "/".join(kind) if isinstance(kind, list) else kind
+    return " and ".join(parts) if parts else (kind or "any")
+
+
+def markdown_table() -> str:
+    """The knob table of docs/SPEC.md."""
+    lines = ["| section | knob | default | allowed | meaning |", "|---|---|---|---|---|"]
+    for group, knobs in KNOBS.items():
+        section = f"stages.{group}" if group in STAGE_GROUPS else group
+        for k in knobs:
+            form = f" (trigger form: *{k.form.title}*)" if k.form else ""
+            lines.append(
+                f"| `{section}` | `{k.name}` | `{json.dumps(k.default)}` | "
+                f"{describe_bounds(k.schema)} | {k.doc}{form} |"
+            )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

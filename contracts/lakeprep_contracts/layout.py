@@ -1,0 +1,58 @@
+"""The lake layout and the names of everything written into it, in one place.
+
+    <lake>/<stage>/<dataset>/dt=YYYY-MM-DD/       one partition per stage and date
+        part-*.parquet                           the data
+        _SUCCESS                                 complete (written last, inside the commit)
+        _lakeprep_report.json                    row accounting and decisions
+        _stats.json                              per-partition statistics (validate, preprocess)
+        _quarantine/                             rejected rows with their reasons (validate)
+
+Readers of a parent folder skip names starting with `_` or `.` (Spark's partition
+discovery does), so staging folders and side files never look like data.
+"""
+
+from __future__ import annotations
+
+SUCCESS = "_SUCCESS"
+REPORT = "_lakeprep_report.json"
+STATS = "_stats.json"
+QUARANTINE_DIR = "_quarantine"
+STAGING_DIR = "_staging"
+TRANSFORM = "transform.json"
+SPARK_MODEL_DIR = "spark_model"
+MANIFEST = "manifest.json"
+DRIFT = "drift.json"
+
+# Columns every stage after validate carries, and the prefixes of the encoded features.
+ID = "id"
+LABEL = "label"
+SPLIT = "split"
+RESERVED_COLUMNS = (ID, LABEL, SPLIT, "is_synthetic")
+PREFIXES = {"numeric": "num__", "categorical": "cat__", "text": "txt__"}
+SPLITS = ("train", "validation", "test")
+
+# The lake folders that are not stages.
+MODELS = "models"
+REPORTS = "reports"
+
+
+def partition_uri(lake_root: str, stage: str, dataset: str, ds: str) -> str:
+    """`<lake>/<stage>/<dataset>/dt=YYYY-MM-DD`: every stage's partition for one date."""
+    return f"{lake_root.rstrip('/')}/{stage}/{dataset}/dt={ds}"
+
+
+def join(uri: str, name: str) -> str:
+    return f"{uri.rstrip('/')}/{name}"
+
+
+def encoded_name(role: str, column: str) -> str:
+    """The shard column of a feature: `num__distance`, `cat__carrier`, `txt__plane_model`."""
+    return PREFIXES[role] + column
+
+
+def role_of(encoded: str) -> str | None:
+    """The role of an encoded shard column from its prefix, or None for id/label."""
+    for role, prefix in PREFIXES.items():
+        if encoded.startswith(prefix):
+            return role
+    return None
