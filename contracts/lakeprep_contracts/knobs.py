@@ -156,6 +156,12 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             {"type": "integer", "minimum": 1},
             "earlier days needed before drift is judged",
         ),
+        Knob(
+            "bins",
+            10,
+            {"type": "integer", "minimum": 2, "maximum": 100},
+            "PSI bins: quantiles of the pooled earlier days",
+        ),
     ),
     "fit_transform": (
         Knob(
@@ -338,7 +344,7 @@ def describe_bounds(schema: dict[str, Any]) -> str:
     low = low or ((">= ", schema["minimum"]) if "minimum" in schema else None)
     high = ("< ", schema["exclusiveMaximum"]) if "exclusiveMaximum" in schema else None
     high = high or (("<= ", schema["maximum"]) if "maximum" in schema else None)
-    parts = [f"{op}{v}" for op, v in (low, high) if op]
+    parts = [f"{bound[0]}{bound[1]}" for bound in (low, high) if bound]
     kind = schema.get("type")
     kind = "/".join(kind) if isinstance(kind, list) else kind
     return " and ".join(parts) if parts else (kind or "any")

@@ -3,9 +3,11 @@
     python -m lakeprep_airflow.summary --lake file://$PWD/.lake --dataset flights \
         --from 2013-01-01 --to 2013-01-03
 
-Reads each stage's `_lakeprep_report.json`, the export's `manifest.json` and the trainer's
-`metrics.json`; prints rows through each stage (with the quarantine), class balance
-before and after sampling, the shards written, the trainer's metric against the
+Reads each stage's `_lakeprep_report.json`, `check_drift`'s `drift.json`, the export's
+`manifest.json` and the trainer's `metrics.json`; prints rows through each stage (with
+the quarantine), class balance before and after sampling, drift per feature against the
+trailing window, the fitted transform (where it is, what it fitted on, what it left
+out), the window's days, the shards written, the trainer's metric against the
 majority-class baseline, and where the manifest and model are. Also writes the same
 summary as `summary.json` and `summary.md` under `<lake>/reports/<dataset>/dt=<date>/`.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow.spec import REPORT_NAME, STAGES, lake_uri
+from lakeprep_contracts import layout
 
 
 def _read_json(fs: lake_fs.LakeFS, path: str) -> dict[str, Any] | None:
@@ -36,9 +39,11 @@ def collect(
         return lake_fs.join(lake_fs.resolve(lake_uri(lake_root, stage, dataset, ds))[1], name)
 
     reports = {s: _read_json(fs, path_of(s, REPORT_NAME)) for s in STAGES}
-    manifest = _read_json(fs, path_of("export_shards", "manifest.json"))
-    metrics = _read_json(fs, path_of("models", "metrics.json"))
-    telemetry = _read_json(fs, path_of("models", "telemetry.json"))
+    manifest = _read_json(fs, path_of("export_shards", layout.MANIFEST))
+    metrics = _read_json(fs, path_of(layout.MODELS, "metrics.json"))
+    telemetry = _read_json(fs, path_of(layout.MODELS, "telemetry.json"))
+    drift = _read_json(fs, path_of("check_drift", layout.DRIFT))
+    fit = reports["fit_transform"] or {}
     return {
         "dataset": dataset,
         "logical_date": ds,
@@ -46,10 +51,26 @@ def collect(
             s: {k: r.get(k) for k in ("rows_in", "rows_out", "rows_quarantined")} if r else None
             for s, r in reports.items()
         },
-        "quarantine_reasons": (reports["validate"] or {}).get("quarantine_reasons", {}),
+        "quarantine_reasons": {
+            **(reports["validate"] or {}).get("quarantine_reasons", {}),
+            **(reports["preprocess"] or {}).get("quarantine_reasons", {}),
+        },
         "class_counts_before_sampling": (reports["sample"] or {}).get("class_counts_before"),
         "class_counts_after_sampling": (reports["sample"] or {}).get("class_counts_after"),
-        "features_dropped": (reports["select_features"] or {}).get("dropped"),
+        "drift": _drift_view(drift),
+        "transform": (
+            {
+                "uri": (manifest or {}).get("transform", {}).get("uri")
+                or layout.join(lake_uri(lake_root, "fit_transform", dataset, ds), layout.TRANSFORM),
+                "fitted_on_rows": fit.get("fitted_on_rows"),
+                "vocabulary_sizes": fit.get("vocabulary_sizes", {}),
+                "dropped": fit.get("dropped", []),
+                "constant_numerics": fit.get("constant_numerics", []),
+            }
+            if fit
+            else None
+        ),
+        "window": (manifest or {}).get("window"),
         "shards": {
             split: {"shards": len(v["shards"]), "rows": v["rows"], "plan": v["plan"]}
             for split, v in (manifest or {}).get("splits", {}).items()
@@ -61,6 +82,19 @@ def collect(
         else None,
         "model": lake_uri(lake_root, "models", dataset, ds) + "/model.pt" if metrics else None,
         "report": lake_uri(lake_root, "reports", dataset, ds) + "/summary.md",
+    }
+
+
+def _drift_view(drift: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not drift:
+        return None
+    return {
+        "status": drift["status"],
+        "reference_days": len(drift.get("reference_partitions", [])),
+        "features": {
+            name: {k: f.get(k) for k in ("metric", "value", "threshold", "status")}
+            for name, f in drift["features"].items()
+        },
     }
 
 
@@ -90,8 +124,8 @@ def render(day: dict[str, Any]) -> str:
         if r is None:
             lines.append(f"| {stage} | - | - | - |")
         else:
-            # export_shards reads the whole trailing window, not just this day.
-            name = f"{stage} (window)" if stage == "export_shards" else stage
+            # The window stages read the whole trailing window, not just this day.
+            name = f"{stage} (window)" if stage in ("fit_transform", "export_shards") else stage
             lines.append(f"| {name} | {r['rows_in']} | {r['rows_out']} | {r['rows_quarantined']} |")
     lines.append("")
     if day["quarantine_reasons"]:
@@ -103,8 +137,29 @@ def render(day: dict[str, Any]) -> str:
             f"class balance: before sampling {day['class_counts_before_sampling']}, "
             f"after {day['class_counts_after_sampling']}"
         )
-    if day["features_dropped"]:
-        lines.append(f"features dropped: {day['features_dropped']}")
+    d = day["drift"]
+    if d:
+        lines.append(f"drift against {d['reference_days']} earlier day(s): {d['status']}")
+        for name, f in d["features"].items():
+            value = "-" if f["value"] is None else f"{f['value']:.4f}"
+            lines.append(f"  {name}: {f['metric']} {value} (threshold {f['threshold']}) {f['status']}")
+    t = day["transform"]
+    if t:
+        lines.append(f"transform: {t['uri']} (fitted on {t['fitted_on_rows']} train rows of the window)")
+        if t["vocabulary_sizes"]:
+            lines.append("  vocabularies: " + ", ".join(f"{k} {v}" for k, v in t["vocabulary_sizes"].items()))
+        if t["dropped"]:
+            lines.append("  left out: " + "; ".join(f"{x['name']} ({x['reason']})" for x in t["dropped"]))
+        if t["constant_numerics"]:
+            lines.append(f"  constant on the train split (centred, not scaled): {t['constant_numerics']}")
+    w = day["window"]
+    if w:
+        lines.append(
+            f"window {w['days'][0]}..{w['days'][-1]}: {len(w['complete'])} day(s) read"
+            + (f", failed {w['failed']}" if w["failed"] else "")
+            + (f", missing {w['missing']}" if w["missing"] else "")
+            + (f", {len(w['before_start'])} before the start date" if w["before_start"] else "")
+        )
     if day["shards"]:
         parts = [
             f"{s}: {v['shards']} shard(s), {v['rows']} rows ({v['plan']['rows_per_rank']}/rank x "

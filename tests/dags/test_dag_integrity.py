@@ -14,11 +14,14 @@ CHAIN = [
     "wait_for_partition",
     "validate",
     "preprocess",
-    "select_features",
     "sample",
+    "wait_for_window",
+    "check_drift",
+    "fit_transform",
     "export_shards",
     "gpu_training_handoff",
 ]
+SPARK_STAGES = ["validate", "preprocess", "sample", "fit_transform", "export_shards"]
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +57,15 @@ def test_house_rules(dagbag):
     assert sensor.mode == "reschedule" and sensor.deferrable is False
     assert sensor.timeout == 21600
     assert "{{" in sensor.uri and "raw/flights/dt=" in sensor.uri
+    window = dag.get_task("wait_for_window")
+    assert window.mode == "reschedule" and window.timeout == 6 * 3600
 
 
 def test_stage_tasks_are_spark_submits_with_the_form_overrides(dagbag):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     dag = dagbag.dags["lakeprep_flights"]
-    for task_id in CHAIN[1:-1]:
+    for task_id in SPARK_STAGES:
         task = dag.get_task(task_id)
         assert isinstance(task, SparkSubmitOperator)
         assert task.stage == task_id
@@ -73,6 +78,9 @@ def test_trigger_form_validates_values(dagbag):
     dag = dagbag.dags["lakeprep_flights"]
     defaults = {k: dag.params[k] for k in ("sample_fraction", "seed", "epochs")}
     assert defaults == {"sample_fraction": 1.0, "seed": 7, "epochs": 3}
+    # Each field states its allowed range (from the knob declaration).
+    assert "Allowed: > 0 and <= 1" in dag.params.get_param("sample_fraction").description
+    assert "Allowed: >= 1 and <= 1000" in dag.params.get_param("epochs").description
 
     def validate(conf):
         params = copy.deepcopy(dag.params)
@@ -106,14 +114,14 @@ def test_a_broken_spec_is_an_import_error_naming_file_and_field(tmp_path, monkey
 
     pipelines = tmp_path / "pipelines"
     pipelines.mkdir()
-    text = (REPO / "pipelines" / "flights.yaml").read_text().replace("window_days: 30", "window_days: 0")
+    text = (REPO / "pipelines" / "flights.yaml").read_text().replace("  days: 30", "  days: 0")
     (pipelines / "flights.yaml").write_text(text)
     shutil.copy(REPO / "dags" / "lakeprep_datasets.py", tmp_path / "lakeprep_datasets.py")
     monkeypatch.setenv("LAKEPREP_PIPELINES_DIR", str(pipelines))
     bag = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py"))
     [error] = bag.import_errors.values()
     assert "flights.yaml" in error
-    assert "stages.export_shards.window_days: 0 is less than the minimum of 1" in error
+    assert "window.days: 0 is less than the minimum of 1" in error
 
 
 def test_spec_can_make_the_sensor_deferrable(tmp_path, monkeypatch):

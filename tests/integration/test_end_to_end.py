@@ -45,13 +45,32 @@ def test_rows_are_accounted_for_through_every_stage(day_run):
     assert validate["quarantine_reasons"] == {"null label (delayed)": validate["rows_quarantined"]}
     assert validate["rows_quarantined"] > 0
     previous = validate["rows_out"]
-    for stage in ("preprocess", "select_features", "sample"):
+    for stage in ("preprocess", "sample"):
         r = report(day_run, stage)
         assert r["rows_in"] == previous, stage
+        assert r["rows_in"] == r["rows_out"] + r["rows_quarantined"] + r.get("rows_sampled_out", 0), stage
         previous = r["rows_out"]
     sample = report(day_run, "sample")
     assert sample["class_counts_after"]["1"] == sample["class_counts_before"]["1"]
     assert sample["class_counts_after"]["0"] < sample["class_counts_before"]["0"]
+
+
+def test_one_transform_fitted_on_the_train_split_of_the_window(day_run):
+    transform = json.loads(
+        (day_run / "fit_transform" / "flights" / f"dt={DAY}" / "transform.json").read_text()
+    )
+    sample = report(day_run, "sample")
+    assert transform["fitted_on"]["rows"] == sum(sample["splits"]["train"].values())
+    assert transform["fitted_on"]["partitions"][-1].endswith(f"/sample/flights/dt={DAY}")
+    by_name = {e["name"]: e for e in transform["categorical"]}
+    assert by_name["carrier"]["encoding"] == "vocab" and by_name["dest"]["encoding"] == "hash"
+    assert "UA" in by_name["carrier"]["vocabulary"]
+    assert (day_run / "fit_transform" / "flights" / f"dt={DAY}" / "spark_model" / "metadata").is_dir()
+    # The window of the first day: the run's own day; the 29 before are before start_date.
+    manifest = json.loads((day_run / "export_shards" / "flights" / f"dt={DAY}" / "manifest.json").read_text())
+    assert manifest["window"]["complete"] == [DAY] and len(manifest["window"]["before_start"]) == 29
+    drift = json.loads((day_run / "check_drift" / "flights" / f"dt={DAY}" / "drift.json").read_text())
+    assert drift["status"] == "no_reference" and "distance" in drift["features"]
 
 
 def test_manifest_is_complete_and_checks_against_its_shards(day_run):
@@ -113,5 +132,6 @@ def test_run_summary_shows_the_day(day_run):
     row = f"| validate | {validate['rows_in']} | {validate['rows_out']} | {validate['rows_quarantined']} |"
     assert row in text
     assert "vs majority-class baseline" in text and day["manifest"] in text
+    assert day["transform"]["uri"] in text and "distance: psi" in text
     summary.write(f"file://{day_run}", day)
     assert (day_run / "reports" / "flights" / f"dt={DAY}" / "summary.md").read_text() == text

@@ -44,7 +44,7 @@ def test_overrides_are_parsed_as_json_scalars():
 def test_prepare_submission_builds_argv_from_spec_and_overrides():
     op = make_op(overrides={"stages.sample.seed": "11", "stages.sample.fraction": "0.25"})
     inputs, output = op.prepare_submission("scheduled__2013-01-02")
-    assert inputs == ["hdfs://nn:8020/lake/select_features/flights/dt=2013-01-02"]
+    assert inputs == ["hdfs://nn:8020/lake/preprocess/flights/dt=2013-01-02"]
     assert output == "hdfs://nn:8020/lake/sample/flights/dt=2013-01-02"
     args = op.application_args
     assert args[:4] == ["--input", inputs[0], "--output", output]
@@ -54,6 +54,53 @@ def test_prepare_submission_builds_argv_from_spec_and_overrides():
     assert params["class_fractions"] == {"0": 0.5}
     assert op.application.endswith("spark_jobs/lakeprep_jobs/sample.py")
     assert op.conf["spark.sql.shuffle.partitions"] == "4"
+    assert op.conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_window_stages_read_the_days_wait_for_window_decided():
+    window = {
+        "days": ["2013-01-01", "2013-01-02"],
+        "complete": ["2013-01-02"],
+        "failed": ["2013-01-01"],
+        "missing": [],
+        "before_start": [],
+    }
+    op = make_op(stage="export_shards")
+    with pytest.raises(ValueError, match="needs the window decided by task 'wait_for_window'"):
+        op.prepare_submission("r")
+    inputs, output = op.prepare_submission("r", window)
+    assert inputs == ["hdfs://nn:8020/lake/sample/flights/dt=2013-01-02"]
+    params = json.loads(op.application_args[op.application_args.index("--params") + 1])
+    assert params["window"]["failed"] == ["2013-01-01"]
+    assert params["transform_uri"] == "hdfs://nn:8020/lake/fit_transform/flights/dt=2013-01-02/transform.json"
+    fit = make_op(stage="fit_transform")
+    fit_inputs, fit_output = fit.prepare_submission("r", window)
+    assert fit_inputs == inputs and fit_output.endswith("/fit_transform/flights/dt=2013-01-02")
+
+
+def test_a_failed_stage_fails_the_task_with_the_stages_own_message(monkeypatch, tmp_path):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException
+
+    from lakeprep_airflow.operators.spark_stage import StageFailed
+
+    part = tmp_path / "preprocess" / "flights" / "dt=2013-01-02"
+    part.mkdir(parents=True)
+    (part / "_SUCCESS").write_text("")
+    op = make_op(lake_root=f"file://{tmp_path}")
+    monkeypatch.setattr(op, "_check_connection", lambda: None)
+
+    def failing_submit(self, context):
+        # What the job's stage_main does on failure, then spark-submit's own error.
+        error_file = self.application_args[self.application_args.index("--error-file") + 1]
+        Path(error_file).write_text("ContractError: partition x: required column(s) ['carrier'] missing")
+        raise AirflowException("Cannot execute: spark-submit --master local[2] ... Error code is: 1.")
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", failing_submit)
+    with pytest.raises(StageFailed) as err:
+        op.execute({"run_id": "r"})
+    assert str(err.value).startswith("stage sample failed: ContractError: partition x: required column(s)")
+    assert "Cannot execute" in str(err.value.__cause__)
 
 
 def test_operator_conf_overrides_the_spec_conf():
@@ -100,9 +147,10 @@ def test_jobs_zip_holds_every_stage_and_is_content_addressed(tmp_path):
     first = jobs_package.build_zip(out_dir=tmp_path)
     assert jobs_package.build_zip(out_dir=tmp_path) == first
     names = set(zipfile.ZipFile(first).namelist())
-    assert {
-        f"lakeprep_jobs/{m}.py" for m in ("common", "validate", "preprocess", "sample", "export_shards")
-    } <= names
+    stages = ("common", "validate", "preprocess", "sample", "fit_transform", "export_shards", "transform")
+    assert {f"lakeprep_jobs/{m}.py" for m in stages} <= names
+    # The contracts travel with the jobs: modules and the JSON Schemas they read.
+    assert {"lakeprep_contracts/layout.py", "lakeprep_contracts/schemas/transform.schema.json"} <= names
     jobs = tmp_path / "jobs"
     (jobs / "lakeprep_jobs").mkdir(parents=True)
     (jobs / "lakeprep_jobs" / "__init__.py").write_text("")
@@ -113,7 +161,7 @@ def test_jobs_zip_holds_every_stage_and_is_content_addressed(tmp_path):
 
 
 def test_incomplete_input_partition_fails_before_submission(tmp_path):
-    part = tmp_path / "select_features" / "flights" / "dt=2013-01-02"
+    part = tmp_path / "preprocess" / "flights" / "dt=2013-01-02"
     part.mkdir(parents=True)
     (part / "part-0.parquet").write_bytes(b"x")
     op = make_op(lake_root=f"file://{tmp_path}")

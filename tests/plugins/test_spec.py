@@ -28,7 +28,9 @@ def test_flights_spec_is_valid_and_defaults_are_filled():
     assert spec.columns_with_role("id") == ["flight_id"]
     assert spec.columns_with_role("label") == ["delayed"]
     assert "plane_model" in spec.columns_with_role("text")
-    assert spec.stages["export_shards"]["window_days"] == 30
+    assert spec.data["window"]["days"] == 30
+    assert spec.stages["check_drift"]["action"] == "warn"
+    assert spec.stages["fit_transform"]["clip_quantiles"] is None  # a default from the knobs
 
 
 @pytest.mark.parametrize(
@@ -108,14 +110,49 @@ def test_stage_io_follows_the_lake_layout():
         "hdfs://nn:8020/lake/validate/flights/dt=2013-01-02",
     )
     assert spec_mod.stage_io(spec, "sample", lake_root=lake, ds="2013-01-02") == (
-        ["hdfs://nn:8020/lake/select_features/flights/dt=2013-01-02"],
+        ["hdfs://nn:8020/lake/preprocess/flights/dt=2013-01-02"],
         "hdfs://nn:8020/lake/sample/flights/dt=2013-01-02",
     )
-    inputs, output = spec_mod.stage_io(spec, "export_shards", lake_root=lake, ds="2013-01-02")
-    assert len(inputs) == 30
-    assert inputs[0] == "hdfs://nn:8020/lake/sample/flights/dt=2012-12-04"
-    assert inputs[-1] == "hdfs://nn:8020/lake/sample/flights/dt=2013-01-02"
-    assert output == "hdfs://nn:8020/lake/export_shards/flights/dt=2013-01-02"
+    assert spec_mod.run_window(spec, "2013-01-02")[0] == "2012-12-04"
+    for stage in spec_mod.WINDOW_STAGES:
+        inputs, output = spec_mod.stage_io(
+            spec, stage, lake_root=lake, ds="2013-01-02", window_days=["2012-12-30", "2013-01-02"]
+        )
+        assert inputs == [
+            "hdfs://nn:8020/lake/sample/flights/dt=2012-12-30",
+            "hdfs://nn:8020/lake/sample/flights/dt=2013-01-02",
+        ]
+        assert output == f"hdfs://nn:8020/lake/{stage}/flights/dt=2013-01-02"
+    with pytest.raises(SpecError, match="must end with the run's own date 2013-01-02"):
+        spec_mod.stage_io(spec, "export_shards", lake_root=lake, ds="2013-01-02", window_days=["2013-01-01"])
+
+
+def test_column_transform_overrides_resolve_over_the_stage_knobs(tmp_path):
+    spec = load_spec(FLIGHTS)
+    by_name = {c["name"]: c for cols in spec_mod.column_transforms(spec).values() for c in cols}
+    assert by_name["dest"]["encoding"] == "hash" and by_name["dest"]["buckets"] == 256
+    assert by_name["carrier"]["encoding"] == "vocab" and by_name["carrier"]["min_frequency"] == 2
+    assert by_name["distance"] == {
+        "name": "distance",
+        "scaling": "standard",
+        "impute": "mean",
+        "clip_quantiles": None,
+    }
+    assert by_name["plane_model"]["max_tokens"] == 8
+
+    def numeric_vocab(d):
+        d["columns"][15]["transform"] = {"max_vocab": 3}  # distance is numeric
+
+    with pytest.raises(SpecError, match=r"column 'distance' \(numeric\): transform.max_vocab applies to"):
+        spec_mod.column_transforms(load_spec(write_spec(tmp_path, numeric_vocab)))
+
+
+def test_reserved_column_names_are_refused(tmp_path):
+    def clash(d):
+        d["columns"][9]["name"] = "split"
+
+    with pytest.raises(SpecError, match=r"column name\(s\) \['split'\] are reserved"):
+        load_spec(write_spec(tmp_path, clash))
 
 
 @pytest.mark.parametrize("stage", spec_mod.STAGES)
@@ -123,10 +160,13 @@ def test_stage_params_are_accepted_by_the_spark_job(stage):
     """The cross-runtime contract: what the operator sends is what the job's dataclass takes."""
     import importlib
 
+    from lakeprep_contracts import knobs
     from lakeprep_jobs import common
 
     spec = load_spec(FLIGHTS)
     params = spec_mod.stage_params(spec, stage, lake_root="file:///lake", ds="2013-01-02", run_id="r1")
+    # Every declared knob of the stage reaches the job.
+    assert {k.name for k in knobs.KNOBS[stage]} <= set(params)
     module = importlib.import_module(f"lakeprep_jobs.{stage}")
     cls = next(
         obj

@@ -1,21 +1,24 @@
+"""preprocess: a daily, stateless stage (dedupe, joins, cleaning, tokens); nothing fitted."""
+
 from __future__ import annotations
 
 import json
-import statistics
 
-import pytest
 from pyspark.testing import assertDataFrameEqual
 
+from lakeprep_contracts.text import TOKENIZER
 from lakeprep_jobs import common, preprocess
 from lakeprep_jobs.preprocess import PreprocessParams
 
 MAIN_SCHEMA = "flight_id string, delayed int, hour int, distance double, carrier string, model string"
-# Row "d" has 10 tokens in `model`, more than text_max_tokens=4; row "c" has no weather at hour 7.
+# Row "c" has no weather at hour 7; row "e" repeats "a" exactly, row "f" reuses id "b".
 MAIN_ROWS = [
-    ("a", 0, 5, 100.0, "AA", "Boeing 737-800"),
+    ("a", 0, 5, 100.0, " AA ", "Boeing 737-800"),
     ("b", 1, 6, 200.0, "UA", "AIRBUS a320"),
-    ("c", 0, 7, None, "AA", None),
-    ("d", 1, 5, 500.0, None, "one two three four five six seven eight nine ten"),
+    ("c", 0, 7, float("nan"), "", None),
+    ("d", 1, 5, 500.0, None, "ÜBER-jet, 2nd"),
+    ("a", 0, 5, 100.0, " AA ", "Boeing 737-800"),
+    ("b", 0, 9, 999.0, "XX", "other"),
 ]
 # CSV-like: every value a string. Hour 5 is listed twice (duplicate join key).
 WEATHER_CSV = "hour,temp\n5,10\n5,10\n6,20\n"
@@ -40,9 +43,9 @@ def params(ref_uri: str, **kw) -> PreprocessParams:
         categorical=["carrier"],
         text=["model"],
         references=[weather_ref(ref_uri)],
-        categorical_buckets=64,
-        text_vocab_size=128,
-        text_max_tokens=4,
+        tokenizer=TOKENIZER,
+        deduplicate=True,
+        text_max_length=1000,
     )
     base.update(kw)
     return PreprocessParams(**base)
@@ -104,97 +107,7 @@ def test_join_keys_are_cast_to_the_main_tables_type(spark):
     )
 
 
-# ------------------------------------------------------------------------ categoricals
-
-
-def test_categorical_ids_are_stable_across_frames_zero_for_null_and_in_range(spark):
-    buckets = 5
-    first = spark.createDataFrame([(f"v{i}",) for i in range(200)] + [(None,)], "c string")
-    second = spark.createDataFrame([("v17",), (None,), ("v3",), ("v199",)], "c string").repartition(3)
-
-    ids1 = {r["c"]: r["cat__c"] for r in preprocess.categorical_ids(first, ["c"], buckets).collect()}
-    ids2 = {r["c"]: r["cat__c"] for r in preprocess.categorical_ids(second, ["c"], buckets).collect()}
-
-    assert ids1[None] == 0 and ids2[None] == 0
-    assert ids2 == {k: ids1[k] for k in ids2}
-    values = {v for k, v in ids1.items() if k is not None}
-    # 200 values over 4 non-missing ids: every id in [1, buckets) is used, none outside.
-    assert values == {1, 2, 3, 4}
-
-
-def test_categorical_id_of_a_number_matches_its_string_form(spark):
-    ints = spark.createDataFrame([(42,)], "c int")
-    strings = spark.createDataFrame([("42",)], "c string")
-    a = preprocess.categorical_ids(ints, ["c"], 1024).first()["cat__c"]
-    b = preprocess.categorical_ids(strings, ["c"], 1024).first()["cat__c"]
-    assert a == b and 1 <= a < 1024
-
-
-# ------------------------------------------------------------------------------- text
-
-
-def test_text_ids_have_exactly_max_tokens_entries_zero_padded(spark):
-    df = spark.createDataFrame(
-        [
-            ("short", "Hello, world"),
-            ("case", "HELLO"),
-            ("long", "a b c d e f"),
-            ("empty", ""),
-            ("null", None),
-        ],
-        "k string, t string",
-    )
-    out = {r["k"]: r for r in preprocess.text_ids(df, ["t"], vocab=50, max_tokens=4).collect()}
-
-    assert {k: len(r["txt__t"]) for k, r in out.items()} == dict.fromkeys(out, 4)
-    assert out["short"]["txt__t"][2:] == [0, 0]
-    assert all(1 <= i < 50 for i in out["short"]["txt__t"][:2])
-    assert out["case"]["txt__t"] == [out["short"]["txt__t"][0], 0, 0, 0]  # lower-cased
-    assert all(1 <= i < 50 for i in out["long"]["txt__t"])
-    assert out["empty"]["txt__t"] == [0, 0, 0, 0] and out["null"]["txt__t"] == [0, 0, 0, 0]
-    assert {k: r["_ntok__t"] for k, r in out.items()} == {
-        "short": 2,
-        "case": 1,
-        "long": 6,
-        "empty": 0,
-        "null": 0,
-    }
-
-
-# ---------------------------------------------------------------------------- numerics
-
-
-def test_numerics_are_imputed_then_standardized(spark):
-    df = spark.createDataFrame([("a", 1.0), ("b", 2.0), ("c", None), ("d", 6.0)], "k string, x double")
-    model = preprocess.fit_numeric(df, ["x"], "mean")
-    out = {r["k"]: r["num__x"] for r in preprocess.apply_numeric(df, model, ["x"]).collect()}
-
-    assert set(out) == {"a", "b", "c", "d"}
-    assert statistics.fmean(out.values()) == pytest.approx(0, abs=1e-9)
-    assert statistics.stdev(out.values()) == pytest.approx(1)
-    assert out["c"] == pytest.approx(0, abs=1e-12)  # filled with the mean, so exactly average
-    state = preprocess.numeric_state(model, ["x"])["x"]
-    assert state["fill"] == pytest.approx(3.0)
-    assert state["mean"] == pytest.approx(3.0)
-    assert state["std"] == pytest.approx(statistics.stdev([1.0, 2.0, 3.0, 6.0]))
-    assert out["d"] == pytest.approx((6.0 - 3.0) / statistics.stdev([1.0, 2.0, 3.0, 6.0]))
-
-
-def test_integer_numerics_are_filled_with_the_recorded_fractional_mean(spark):
-    # The recorded fill is what serving applies from _transform.json; training must apply
-    # the same value, not the fill truncated to the column's integer type.
-    df = spark.createDataFrame([("a", 1), ("b", 2), ("c", None), ("d", 4)], "k string, x int")
-    model = preprocess.fit_numeric(df, ["x"], "mean")
-    out = {r["k"]: r["num__x"] for r in preprocess.apply_numeric(df, model, ["x"]).collect()}
-    state = preprocess.numeric_state(model, ["x"])["x"]
-
-    assert state["fill"] == pytest.approx(7 / 3)
-    assert state["mean"] == pytest.approx(7 / 3)
-    assert out["c"] == pytest.approx(0, abs=1e-12)
-    assert state["std"] == pytest.approx(statistics.stdev([1, 2, 7 / 3, 4]))
-
-
-# ---------------------------------------------------------------------------- run()
+# --------------------------------------------------------------------------- run()
 
 
 def test_run_end_to_end(spark, tmp_path):
@@ -202,46 +115,61 @@ def test_run_end_to_end(spark, tmp_path):
     out_dir = tmp_path / "preprocess" / "dt=2013-01-01"
     report = preprocess.run(spark, [src], f"file://{out_dir}", params(ref_uri))
 
-    assert report["rows_in"] == 4 and report["rows_out"] == 4
+    assert report["rows_in"] == 6 and report["rows_out"] == 4 and report["rows_quarantined"] == 2
+    assert report["quarantine_reasons"] == {"conflicting duplicate id": 1, "exact duplicate": 1}
     assert report["reference_unmatched"] == {"weather": 1}
-    assert report["text_truncated"] == {"model": 1}
     assert json.loads((out_dir / common.REPORT_NAME).read_text()) == report
+    assert (out_dir / "_SUCCESS").exists()
+    quarantine = spark.read.parquet(f"file://{out_dir}/_quarantine").collect()
+    assert sorted(r["_reason"] for r in quarantine) == ["conflicting duplicate id", "exact duplicate"]
 
     out = spark.read.parquet(f"file://{out_dir}")
-    assert out.columns == ["id", "label", "num__distance", "num__temp", "cat__carrier", "txt__model"]
-    assert dict(out.dtypes)["txt__model"] == "array<int>"
+    assert out.columns == ["id", "label", "distance", "temp", "carrier", "model"]
+    assert dict(out.dtypes) == {
+        "id": "string",
+        "label": "int",
+        "distance": "double",
+        "temp": "double",
+        "carrier": "string",
+        "model": "array<string>",
+    }
     rows = {r["id"]: r for r in out.collect()}
-    assert {k: r["label"] for k, r in rows.items()} == {"a": 0, "b": 1, "c": 0, "d": 1}
-    assert rows["d"]["cat__carrier"] == 0 and rows["a"]["cat__carrier"] == rows["c"]["cat__carrier"] > 0
-    assert [len(r["txt__model"]) for r in rows.values()] == [4, 4, 4, 4]
-    assert rows["c"]["txt__model"] == [0, 0, 0, 0]
-
-    distance = [r["num__distance"] for r in rows.values()]
-    assert statistics.fmean(distance) == pytest.approx(0, abs=1e-9)
-    assert statistics.stdev(distance) == pytest.approx(1)
-    assert rows["c"]["num__distance"] == pytest.approx(0, abs=1e-12)  # the imputed null
-
-    transform = json.loads((out_dir / "_transform.json").read_text())
-    # distance: fill = mean of 100, 200, 500; temp (from the reference): 10, 20, 10 matched.
-    assert transform["numeric"]["distance"]["fill"] == pytest.approx(800 / 3)
-    assert transform["numeric"]["distance"]["mean"] == pytest.approx(800 / 3)
-    assert transform["numeric"]["distance"]["std"] == pytest.approx(
-        statistics.stdev([100, 200, 800 / 3, 500])
-    )
-    assert transform["numeric"]["temp"]["fill"] == pytest.approx(40 / 3)
-    assert transform["text"]["max_tokens"] == 4 and transform["categorical"]["buckets"] == 64
-    assert (out_dir / "_model" / "metadata").is_dir()
-    assert (out_dir / "_model" / "stages").is_dir()
+    assert sorted(rows) == ["a", "b", "c", "d"]
+    # Nothing fitted: raw values, cleaned. NaN is missing; whitespace trimmed; "" missing.
+    assert rows["a"]["distance"] == 100.0 and rows["c"]["distance"] is None
+    assert rows["a"]["carrier"] == "AA" and rows["c"]["carrier"] is None and rows["d"]["carrier"] is None
+    assert rows["a"]["temp"] == 10.0 and rows["c"]["temp"] is None
+    assert rows["a"]["model"] == ["boeing", "737", "800"]
+    assert rows["d"]["model"] == ["über", "jet", "2nd"]
+    assert rows["c"]["model"] == []
+    # Which "b" is kept does not depend on file order (smallest row hash).
+    assert rows["b"]["carrier"] in ("UA", "XX")
 
 
-def test_entirely_null_numeric_column_fails_naming_it(spark, tmp_path):
-    rows = [(k, lbl, h, None, c, m) for k, lbl, h, _, c, m in MAIN_ROWS]
+def test_the_kept_duplicate_does_not_depend_on_row_order(spark, tmp_path):
+    src, ref_uri = land(spark, tmp_path / "one")
+    first = preprocess.run(spark, [src], f"file://{tmp_path}/one/out", params(ref_uri))
+    src2, ref2 = land(spark, tmp_path / "two", rows=list(reversed(MAIN_ROWS)))
+    second = preprocess.run(spark, [src2], f"file://{tmp_path}/two/out", params(ref2))
+    a = spark.read.parquet(f"file://{tmp_path}/one/out")
+    b = spark.read.parquet(f"file://{tmp_path}/two/out")
+    assertDataFrameEqual(a, b)
+    assert first["quarantine_reasons"] == second["quarantine_reasons"]
+
+
+def test_deduplicate_off_keeps_every_row(spark, tmp_path):
+    src, ref_uri = land(spark, tmp_path)
+    report = preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri, deduplicate=False))
+    assert report["rows_out"] == 6 and report["rows_quarantined"] == 0
+
+
+def test_long_text_is_cut_before_tokenizing_and_counted(spark, tmp_path):
+    rows = [("a", 0, 5, 1.0, "AA", "word " * 1000)]
     src, ref_uri = land(spark, tmp_path, rows=rows)
-    out = tmp_path / "preprocess" / "dt=2013-01-01"
-    with pytest.raises(ValueError, match=r"numeric column\(s\) \['distance'\] are entirely null") as err:
-        preprocess.run(spark, [src], f"file://{out}", params(ref_uri))
-    assert "dt=2013-01-01" in str(err.value)
-    assert not out.exists()
+    report = preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri, text_max_length=20))
+    assert report["text_cut"] == {"model": 1}
+    (row,) = spark.read.parquet(f"file://{tmp_path}/out").collect()
+    assert row["model"] == ["word"] * 4
 
 
 def test_run_twice_gives_the_same_partition(spark, tmp_path):
@@ -249,14 +177,11 @@ def test_run_twice_gives_the_same_partition(spark, tmp_path):
     out = f"file://{tmp_path}/preprocess/dt=2013-01-01"
     first_report = preprocess.run(spark, [src], out, params(ref_uri))
     first = spark.createDataFrame(spark.read.parquet(out).collect(), spark.read.parquet(out).schema)
-    first_transform = (tmp_path / "preprocess" / "dt=2013-01-01" / "_transform.json").read_text()
 
     second_report = preprocess.run(spark, [src], out, params(ref_uri))
 
     assertDataFrameEqual(spark.read.parquet(out), first)
-    assert spark.read.parquet(out).count() == 4
     assert second_report == first_report
-    assert (tmp_path / "preprocess" / "dt=2013-01-01" / "_transform.json").read_text() == first_transform
     assert not list((tmp_path / "preprocess" / "_staging").iterdir())
 
 

@@ -27,13 +27,19 @@ from airflow.sdk import BaseOperator
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root, training_dir
+from lakeprep_airflow.locations import (
+    LAKE_ROOT_TEMPLATE,
+    RUN_DS_TEMPLATE,
+    contracts_dir,
+    require_lake_root,
+    training_dir,
+)
 from lakeprep_airflow.operators.spark_stage import parse_overrides
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-TRAINER_OUTPUTS = ("metrics.json", "telemetry.json", "model.pt")
+TRAINER_OUTPUTS = ("metrics.json", "telemetry.json", "model.pt", "transform.json")
 
 
 def trainer_command(
@@ -148,7 +154,8 @@ class GpuTrainingHandoffOperator(BaseOperator):
             env = {
                 **os.environ,
                 "PYTHONPATH": os.pathsep.join(
-                    filter(None, [str(training_dir()), os.environ.get("PYTHONPATH")])
+                    # The trainer checks the manifest against lakeprep_contracts' schema.
+                    filter(None, [str(training_dir()), str(contracts_dir()), os.environ.get("PYTHONPATH")])
                 ),
             }
             self.log.info("running trainer: %s", " ".join(command))
