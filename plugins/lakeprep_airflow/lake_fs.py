@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -36,6 +37,7 @@ class LakeFS(Protocol):
     def write_bytes(self, path: str, data: bytes) -> None: ...
     def makedirs(self, path: str) -> None: ...
     def delete(self, path: str) -> None: ...
+    def replace(self, src: str, dst: str) -> None: ...
 
 
 class LocalFS:
@@ -66,6 +68,9 @@ class LocalFS:
             shutil.rmtree(path)
         elif os.path.exists(path):
             os.remove(path)
+
+    def replace(self, src: str, dst: str) -> None:
+        os.replace(src, dst)  # atomic on POSIX, overwriting dst
 
 
 class WebHdfsFS:
@@ -105,6 +110,12 @@ class WebHdfsFS:
     def delete(self, path: str) -> None:
         self.client.delete(path, recursive=True)
 
+    def replace(self, src: str, dst: str) -> None:
+        # WebHDFS RENAME refuses an existing file as destination (hdfs.Client.rename):
+        # the old file goes first, so readers see the old file, nothing, then the new one.
+        self.client.delete(dst)
+        self.client.rename(src, dst)
+
 
 def resolve(uri: str, *, webhdfs_conn_id: str = "webhdfs_default") -> tuple[LakeFS, str]:
     """Map a lake URI to (filesystem, path within it).
@@ -125,3 +136,20 @@ def resolve(uri: str, *, webhdfs_conn_id: str = "webhdfs_default") -> tuple[Lake
 
 def join(uri: str, *parts: str) -> str:
     return "/".join([uri.rstrip("/"), *(p.strip("/") for p in parts)])
+
+
+def write_atomic(fs: LakeFS, path: str, data: bytes) -> None:
+    """Write `path` so that readers see the old file or the whole new one, never a part.
+
+    The bytes go to a hidden sibling (`.<name>.tmp-<random>`, skipped by readers of the
+    folder, as Spark skips `.` and `_` names) and are renamed into place.
+    """
+    folder, _, name = path.rpartition("/")
+    tmp = f"{folder}/.{name}.tmp-{uuid.uuid4().hex[:12]}"
+    fs.makedirs(folder)
+    fs.write_bytes(tmp, data)
+    try:
+        fs.replace(tmp, path)
+    except BaseException:
+        fs.delete(tmp)
+        raise

@@ -66,12 +66,15 @@ def write_export(
     row_group_size: int = 40,
     seed: int = 0,
     pad: int = 0,
+    transform: dict | None = None,
 ) -> Path:
     """Write shards and a manifest under ``root``; return the manifest's path.
 
     A rank's shards get unequal row counts (40% / 60%) so batches cross shard and
     row-group boundaries. ``pad`` > 0 exports with ``remainder: "pad"``: each split's
-    first ``pad`` rows are repeated at its end, as the exporter evens out the ranks.
+    first ``pad`` rows are repeated at its end, as the exporter evens out the ranks;
+    otherwise 3 more rows (of class 0) were available and dropped. The window is three
+    days, the first missing; ``transform`` is the manifest's transform reference.
     """
     rng = np.random.default_rng(seed)
     splits = {}
@@ -108,18 +111,23 @@ def write_export(
                     "sha256": hashlib.sha256(data).hexdigest(),
                 }
             )
-        counts = np.bincount(table.column("label").to_numpy(), minlength=2)
+        # class_counts count rows_available: before padding, or with the dropped rows.
+        available = table.slice(0, table.num_rows - pad)
+        counts = np.bincount(available.column("label").to_numpy(), minlength=2)
+        if not pad:
+            counts[0] += 3
         if split == "train":
             train_counts = counts
         splits[split] = {
             "rows": table.num_rows,
-            "rows_available": table.num_rows - pad if pad else table.num_rows + 3,
+            "rows_available": int(counts.sum()),
             "class_counts": {"0": int(counts[0]), "1": int(counts[1])},
             "plan": {
                 "world_size": world_size,
                 "batch_size": batch_size,
                 "rows_per_rank": per_rank,
                 "steps_per_rank": math.ceil(per_rank / batch_size),
+                "shards_per_rank": shards_per_rank,
                 "remainder": "pad" if pad else "drop",
             },
             "shards": shards,
@@ -130,7 +138,18 @@ def write_export(
         "logical_date": "2013-01-03",
         "run_id": "manual__2013-01-03T00:00:00+00:00",
         "config_hash": "0" * 64,
-        "source_partitions": [{"uri": "file:///lake/sample/toy/dt=2013-01-03", "rows": 1}],
+        "source_partitions": [
+            {"uri": f"file:///lake/sample/toy/dt={day}", "rows": 1, "fingerprint": "f" * 64, "bytes": 100}
+            for day in ("2013-01-02", "2013-01-03")
+        ],
+        "window": {
+            "days": ["2013-01-01", "2013-01-02", "2013-01-03"],
+            "complete": ["2013-01-02", "2013-01-03"],
+            "failed": [],
+            "missing": ["2013-01-01"],
+            "before_start": [],
+        },
+        "transform": transform,
         "label": {"name": "label", "classes": [0, 1]},
         "features": [
             {"name": "num__x", "role": "numeric", "dtype": "float32", "shape": []},

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -7,15 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from lakeprep_train.manifest import ManifestError, load_manifest, verify_shards
+from lakeprep_contracts import documents
+from lakeprep_train.manifest import ManifestError, load_manifest, parse_manifest, verify_shards
 
-TRAINING = Path(__file__).resolve().parents[2] / "training"
+REPO = Path(__file__).resolve().parents[2]
+# What the handoff puts on the trainer's path: the trainer and the contracts it reads.
+TRAINER_PATH = os.pathsep.join(str(REPO / d) for d in ("training", "contracts"))
 
 
 def check_cli(manifest: Path | str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lakeprep_train.manifest", "check", str(manifest)],
-        env={**os.environ, "PYTHONPATH": str(TRAINING)},
+        env={**os.environ, "PYTHONPATH": TRAINER_PATH},
         capture_output=True,
         text=True,
         timeout=60,
@@ -59,27 +63,124 @@ def test_refuses_a_shard_count_that_is_not_a_multiple_of_world_size(copied_expor
         load_manifest(str(copied_export))
 
 
-def test_names_every_broken_field(copied_export, edit_manifest):
-    def break_fields(m):
-        m["splits"]["train"]["rows"] = 301
-        m["splits"]["train"]["shards"][1]["rank"] = 0
-        m["splits"]["test"]["plan"]["steps_per_rank"] = 9
-        m["features"][1].pop("cardinality")
+def test_the_exporters_manifest_matches_the_shared_schema(export_two_ranks, export_padded):
+    for path in (export_two_ranks, export_padded):
+        assert documents.problems("manifest", json.loads(path.read_text())) == []
 
-    edit_manifest(copied_export, break_fields)
+
+def test_names_every_structural_problem_by_json_path(copied_export, edit_manifest):
+    def break_structure(m):
+        m["splits"]["train"]["plan"]["world_size"] = -1
+        m["features"][1].pop("cardinality")
+        m["features"][0]["dtype"] = "float64"
+        m["source_partitions"][0]["filled_columns"] = []
+        m["splits"]["test"]["shards"][2]["sha256"] = "ABC"
+        m["splits"]["validation"]["rows"] = 1.0
+        del m["window"]
+
+    edit_manifest(copied_export, break_structure)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(str(copied_export))
+    assert err.value.problems == [
+        "<top level>: 'window' is a required property",
+        "features[0].dtype: 'float32' was expected",
+        "features[1]: 'cardinality' is a required property",
+        "source_partitions[0]: Additional properties are not allowed ('filled_columns' was unexpected)",
+        "splits.test.shards[2].sha256: expected 64 lowercase hex digits (sha256), got 'ABC'",
+        "splits.train.plan.world_size: -1 is less than the minimum of 1",
+        "splits.validation.rows: 1.0 is not of type 'integer'",
+    ]
+    assert str(err.value).startswith(f"invalid manifest {copied_export}:\n  - <top level>: 'window'")
+    assert isinstance(err.value, documents.DocumentError)
+
+
+def test_refuses_the_fields_the_window_replaced(copied_export, edit_manifest):
+    def old_format(m):
+        m["missing_partitions"] = []
+        m["features_left_out"] = []
+        m["transform"] = "file:///lake/preprocess/toy/dt=2013-01-03/_transform.json"
+
+    edit_manifest(copied_export, old_format)
     with pytest.raises(ManifestError) as err:
         load_manifest(str(copied_export))
     problems = "\n".join(err.value.problems)
+    assert "'features_left_out', 'missing_partitions' were unexpected" in problems
+    assert "transform: 'file:///lake/preprocess/toy/dt=2013-01-03/_transform.json' is not of type" in problems
+
+
+def test_names_every_broken_rule(copied_export, edit_manifest):
+    def break_rules(m):
+        m["splits"]["train"]["rows"] = 301
+        m["splits"]["train"]["shards"][1]["rank"] = 0
+        m["splits"]["test"]["plan"]["steps_per_rank"] = 9
+        m["splits"]["validation"]["class_counts"]["1"] += 1
+        m["class_weights"]["2"] = 1.0
+
+    edit_manifest(copied_export, break_rules)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(str(copied_export))
+    problems = err.value.problems
     assert "splits.train.rows: 301 != plan.world_size * plan.rows_per_rank = 2 * 150 = 300" in problems
     assert "splits.train.shards[1].rank: shard 1 belongs to rank 1 % world_size 2 = 1, got 0" in problems
-    assert "splits.test.plan.steps_per_rank: 9 != ceil(rows_per_rank / batch_size)" in problems
-    assert "features[1] (cat__c).cardinality: expected a positive integer, got None" in problems
+    assert (
+        "splits.test.plan.steps_per_rank: 9 != ceil(rows_per_rank / batch_size) = ceil(60 / 32) = 2"
+        in problems
+    )
+    assert any(p.startswith("splits.validation.class_counts: they sum to ") for p in problems)
+    assert "class_weights: keys ['0', '1', '2'] do not match label.classes ['0', '1']" in problems
+    assert len(problems) == 5
+
+
+def test_refuses_a_shard_count_that_does_not_match_the_plan(copied_export, edit_manifest):
+    edit_manifest(copied_export, lambda m: m["splits"]["train"]["plan"].update(shards_per_rank=3))
+    with pytest.raises(
+        ManifestError,
+        match=r"splits\.train\.shards: 4 shards != plan\.world_size \* plan\.shards_per_rank = 2 \* 3",
+    ):
+        load_manifest(str(copied_export))
+
+
+def test_refuses_a_feature_named_twice(copied_export, edit_manifest):
+    edit_manifest(copied_export, lambda m: m["features"].append(dict(m["features"][0])))
+    with pytest.raises(ManifestError, match=r"features\[3\]\.name: 'num__x' is already the name"):
+        load_manifest(str(copied_export))
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda w: w["failed"].append("2013-01-02"),
+            "window.failed: 2013-01-02 is also in window.complete",
+        ),
+        (lambda w: w["missing"].clear(), "window.days: ['2013-01-01'] are in none of complete, failed"),
+        (lambda w: w["before_start"].append("2012-12-31"), "window.before_start: 2012-12-31 is not one of"),
+        (lambda w: w["days"].reverse(), "window.days: ['2013-01-03', '2013-01-02', '2013-01-01'] must run"),
+    ],
+)
+def test_every_window_day_has_exactly_one_outcome(copied_export, edit_manifest, change, problem):
+    edit_manifest(copied_export, lambda m: change(m["window"]))
+    with pytest.raises(ManifestError) as err:
+        load_manifest(str(copied_export))
+    assert [p for p in err.value.problems if p.startswith(problem)], err.value.problems
 
 
 def test_refuses_a_shard_path_outside_the_export(copied_export, edit_manifest):
     edit_manifest(copied_export, lambda m: m["splits"]["train"]["shards"][0].update(path="../../etc/passwd"))
     with pytest.raises(ManifestError, match=r"splits\.train\.shards\[0\]\.path: expected a path relative"):
         load_manifest(str(copied_export))
+
+
+def test_resolves_the_transform_against_the_manifests_folder(export_two_ranks):
+    raw = json.loads(export_two_ranks.read_text())
+    assert load_manifest(str(export_two_ranks)).transform is None
+    raw["transform"] = {"uri": "../fit_transform/transform.json", "sha256": "c" * 64}
+    relative = parse_manifest(raw, "file:///lake/export_shards/toy/dt=2013-01-03/manifest.json").transform
+    assert relative.location == "file:///lake/export_shards/toy/dt=2013-01-03/../fit_transform/transform.json"
+    assert relative.sha256 == "c" * 64
+    raw["transform"]["uri"] = "hdfs://nn:8020/lake/fit_transform/toy/dt=2013-01-03/transform.json"
+    absolute = parse_manifest(raw, str(export_two_ranks)).transform
+    assert absolute.location == raw["transform"]["uri"]
 
 
 def test_verify_passes_intact_shards(export_two_ranks):

@@ -11,11 +11,13 @@ import pytest
 import torch
 
 TRAINING = Path(__file__).resolve().parents[2] / "training"
+# The trainer reads the manifest schema from lakeprep_contracts (as the handoff's path has it).
+TRAINER_PATH = os.pathsep.join(str(TRAINING.parent / d) for d in ("training", "contracts"))
 
 
 def run_module(args: list[str], *, env: dict[str, str] | None = None, timeout: int = 120):
     environ = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    environ.update(PYTHONPATH=str(TRAINING), OMP_NUM_THREADS="1", **(env or {}))
+    environ.update(PYTHONPATH=TRAINER_PATH, OMP_NUM_THREADS="1", **(env or {}))
     return subprocess.run(
         [sys.executable, *args], env=environ, capture_output=True, text=True, timeout=timeout
     )

@@ -1,10 +1,16 @@
 """Load, validate and verify a training manifest (docs/MANIFEST.md, format version 1).
 
-The manifest is the trainer's only input. Loading checks its structure and the
-exporter's promises that training relies on (a shard count that is a multiple of the
-world size, ``rows == world_size * rows_per_rank``, shard ``i`` on rank
-``i % world_size``), so a bad manifest fails here, naming the field, instead of as
-a hung collective later. :func:`verify_shards` then checks the shard files themselves.
+The manifest is the trainer's only input. Loading checks it in two passes, so a bad
+manifest fails here, naming every bad field, instead of as a hung collective later:
+
+1. its structure, against `lakeprep_contracts/schemas/manifest.schema.json`, the file
+   the exporter checks what it writes against;
+2. the exporter's promises that a schema cannot express and training relies on:
+   shard ``i`` on rank ``i % world_size``, ``rows == world_size * rows_per_rank``,
+   ``steps_per_rank == ceil(rows_per_rank / batch_size)``, equal rows on every rank,
+   class counts and weights per ``label.classes``, the window's days.
+
+:func:`verify_shards` then checks the shard files themselves.
 
     python -m lakeprep_train.manifest check <manifest.json | file:///.../manifest.json>
 """
@@ -15,7 +21,6 @@ import argparse
 import hashlib
 import json
 import math
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,24 +29,23 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakeprep_contracts import documents
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
 ROLES = ("numeric", "categorical", "text")
 REMAINDERS = ("drop", "pad")
 RESERVED_COLUMNS = ("id", "label")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+WINDOW_OUTCOMES = ("complete", "failed", "missing", "before_start")
 _CHUNK = 1 << 20
 
 
-class ManifestError(ValueError):
+class ManifestError(documents.DocumentError):
     """A manifest that the trainer cannot use; lists every problem found, by field."""
 
     def __init__(self, location: str, problems: Sequence[str]) -> None:
+        super().__init__("manifest", location, problems)
         self.location = location
-        self.problems = list(problems)
-        listed = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"invalid manifest {location}:\n{listed}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,15 @@ class Split:
 
 
 @dataclass(frozen=True)
+class TransformRef:
+    """The fitted transform the shards were made with (docs/TRANSFORM.md)."""
+
+    uri: str  # as written: a URI, or a path relative to the manifest's folder
+    location: str  # resolved against the manifest's folder; what storage opens
+    sha256: str
+
+
+@dataclass(frozen=True)
 class Manifest:
     location: str
     format_version: int
@@ -126,6 +139,7 @@ class Manifest:
     features: tuple[Feature, ...]
     splits: dict[str, Split]
     class_weights: dict[str, float] | None
+    transform: TransformRef | None = None
 
     def features_with_role(self, role: str) -> tuple[Feature, ...]:
         return tuple(f for f in self.features if f.role == role)
@@ -154,50 +168,21 @@ def load_manifest(location: str) -> Manifest:
 
 
 def parse_manifest(raw: Any, location: str) -> Manifest:
-    """Validate a decoded manifest; ``location`` resolves shard paths and names errors."""
-    problems: list[str] = []
+    """Validate a decoded manifest; ``location`` resolves shard paths and names errors.
+
+    The structure is checked first and every structural problem is listed; the rules
+    below run only on a well-formed manifest (they index into it freely).
+    """
     if not isinstance(raw, dict):
-        raise ManifestError(location, [f"top level: expected a JSON object, got {_kind(raw)}"])
+        raise ManifestError(location, [f"<top level>: expected a JSON object, got {_kind(raw)}"])
     version = raw.get("format_version")
-    if version != FORMAT_VERSION:
+    if not _is_int(version) or version != FORMAT_VERSION:
         # Nothing else can be trusted to mean what this reader thinks it means.
-        raise ManifestError(
-            location,
-            [f"format_version: expected {FORMAT_VERSION}, got {version!r}"],
-        )
-    dataset = _field(raw, "dataset", str, problems, "")
-    label = _parse_label(raw.get("label"), problems)
-    features = _parse_features(raw.get("features"), problems)
-    folder = storage.parent_of(location)
-    splits: dict[str, Split] = {}
-    raw_splits = raw.get("splits")
-    if not isinstance(raw_splits, dict) or not raw_splits:
-        problems.append(f"splits: expected a non-empty object of splits, got {_kind(raw_splits)}")
-    else:
-        for name, raw_split in raw_splits.items():
-            split = _parse_split(name, raw_split, folder, problems)
-            if split is not None:
-                splits[name] = split
-        if "train" not in raw_splits:
-            problems.append(f"splits.train: split is missing; the manifest has {sorted(raw_splits)}")
-    class_weights = _parse_class_weights(raw.get("class_weights"), label, problems)
-    if label is not None and features and any(f.name == label.name for f in features):
-        problems.append(f"features: {label.name!r} is the label (label.name), not a feature")
+        raise ManifestError(location, [f"format_version: expected {FORMAT_VERSION}, got {version!r}"])
+    problems = documents.problems("manifest", raw) or rule_problems(raw)
     if problems:
         raise ManifestError(location, problems)
-    assert label is not None and features is not None
-    return Manifest(
-        location=location,
-        format_version=version,
-        dataset=dataset,
-        logical_date=raw.get("logical_date"),
-        run_id=raw.get("run_id"),
-        config_hash=raw.get("config_hash"),
-        label=label,
-        features=features,
-        splits=splits,
-        class_weights=class_weights,
-    )
+    return _build(raw, location)
 
 
 def _kind(value: Any) -> str:
@@ -208,223 +193,165 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _field(obj: dict, key: str, kind: type, problems: list[str], where: str, default=None):
-    value = obj.get(key)
-    path = f"{where}.{key}" if where else key
-    if kind is int:
-        ok = _is_int(value) and value >= 0
-        expected = "a non-negative integer"
-    else:
-        ok = isinstance(value, kind) and bool(value)
-        expected = f"a non-empty {kind.__name__}"
-    if not ok:
-        problems.append(f"{path}: expected {expected}, got {_kind(value)}")
-        return default
-    return value
+def rule_problems(raw: dict[str, Any]) -> list[str]:
+    """The exporter's promises that the schema cannot express, on a schema-valid manifest.
 
-
-def _parse_label(raw: Any, problems: list[str]) -> Label | None:
-    if not isinstance(raw, dict):
-        problems.append(f"label: expected an object with name and classes, got {_kind(raw)}")
-        return None
-    name = _field(raw, "name", str, problems, "label")
-    classes = raw.get("classes")
-    if (
-        not isinstance(classes, list)
-        or len(classes) < 2
-        or not all(_is_int(c) for c in classes)
-        or len(set(classes)) != len(classes)
-    ):
-        problems.append(f"label.classes: expected at least 2 distinct integers, got {_kind(classes)}")
-        return None
-    return Label(name=name, classes=tuple(classes)) if name else None
-
-
-def _parse_features(raw: Any, problems: list[str]) -> tuple[Feature, ...] | None:
-    if not isinstance(raw, list) or not raw:
-        problems.append(f"features: expected a non-empty list, got {_kind(raw)}")
-        return None
-    features: list[Feature] = []
+    Returns one line per broken rule, prefixed by the field's JSON path.
+    """
+    problems: list[str] = []
+    classes = [str(c) for c in raw["label"]["classes"]]
     seen: set[str] = set()
-    for i, item in enumerate(raw):
-        where = f"features[{i}]"
-        if not isinstance(item, dict):
-            problems.append(f"{where}: expected an object, got {_kind(item)}")
-            continue
-        n_before = len(problems)
-        name = _field(item, "name", str, problems, where)
-        if name:
-            where = f"features[{i}] ({name})"
-            if name in seen or name in RESERVED_COLUMNS:
-                problems.append(f"{where}.name: duplicate or reserved column name {name!r}")
-            seen.add(name)
-        role = item.get("role")
-        if role not in ROLES:
-            problems.append(f"{where}.role: expected one of {list(ROLES)}, got {role!r}")
-        dtype = _field(item, "dtype", str, problems, where)
-        shape = item.get("shape", [])
-        if not isinstance(shape, list) or not all(_is_int(d) and d > 0 for d in shape):
-            problems.append(f"{where}.shape: expected a list of positive integers, got {shape!r}")
-            shape = []
-        cardinality = vocab_size = None
-        if role == "categorical":
-            cardinality = item.get("cardinality")
-            if not _is_int(cardinality) or cardinality < 1:
-                problems.append(f"{where}.cardinality: expected a positive integer, got {cardinality!r}")
-            if shape:
-                problems.append(f"{where}.shape: a categorical feature is a scalar ([]), got {shape!r}")
-        elif role == "text":
-            vocab_size = item.get("vocab_size")
-            if not _is_int(vocab_size) or vocab_size < 1:
-                problems.append(f"{where}.vocab_size: expected a positive integer, got {vocab_size!r}")
-            if len(shape) != 1:
-                problems.append(f"{where}.shape: a text feature has shape [length], got {shape!r}")
-        elif role == "numeric" and shape:
-            problems.append(f"{where}.shape: a numeric feature is a scalar ([]), got {shape!r}")
-        if len(problems) == n_before:
-            features.append(Feature(name, role, dtype, tuple(shape), cardinality, vocab_size))
-    return tuple(features)
+    for i, feature in enumerate(raw["features"]):
+        name = feature["name"]
+        if name in seen:
+            problems.append(f"features[{i}].name: {name!r} is already the name of an earlier feature")
+        if name == raw["label"]["name"]:
+            problems.append(f"features[{i}].name: {name!r} is the label (label.name), not a feature")
+        seen.add(name)
+    for name, split in raw["splits"].items():
+        problems += _split_problems(f"splits.{name}", split, classes)
+    weights = raw["class_weights"]
+    if sorted(weights) != sorted(classes):
+        problems.append(f"class_weights: keys {sorted(weights)} do not match label.classes {sorted(classes)}")
+    problems += [
+        f"class_weights.{c}: expected a finite weight, got {w!r}"
+        for c, w in weights.items()
+        if not math.isfinite(w)
+    ]
+    problems += _window_problems(raw)
+    return problems
 
 
-def _parse_split(name: str, raw: Any, folder: str, problems: list[str]) -> Split | None:
-    where = f"splits.{name}"
-    if not isinstance(raw, dict):
-        problems.append(f"{where}: expected an object, got {_kind(raw)}")
-        return None
+def _split_problems(where: str, split: dict[str, Any], classes: list[str]) -> list[str]:
+    problems: list[str] = []
+    plan, rows, available = split["plan"], split["rows"], split["rows_available"]
+    w, per_rank, batch = plan["world_size"], plan["rows_per_rank"], plan["batch_size"]
+    if rows != w * per_rank:
+        problems.append(
+            f"{where}.rows: {rows} != plan.world_size * plan.rows_per_rank "
+            f"= {w} * {per_rank} = {w * per_rank}"
+        )
+    steps = math.ceil(per_rank / batch)
+    if plan["steps_per_rank"] != steps:
+        problems.append(
+            f"{where}.plan.steps_per_rank: {plan['steps_per_rank']} != ceil(rows_per_rank / batch_size) "
+            f"= ceil({per_rank} / {batch}) = {steps}"
+        )
+    if plan["remainder"] == "drop" and rows > available:
+        problems.append(f"{where}.rows: {rows} rows exceed rows_available {available} with remainder 'drop'")
+    if plan["remainder"] == "pad" and rows < available:
+        problems.append(
+            f"{where}.rows: {rows} rows are fewer than rows_available {available} with remainder 'pad'"
+        )
+    counts = split["class_counts"]
+    if sorted(counts) != sorted(classes):
+        problems.append(
+            f"{where}.class_counts: keys {sorted(counts)} do not match label.classes {sorted(classes)}"
+        )
+    elif sum(counts.values()) != available:
+        problems.append(
+            f"{where}.class_counts: they sum to {sum(counts.values())}, rows_available is {available}"
+        )
+
+    shards = split["shards"]
     n_before = len(problems)
-    rows = _field(raw, "rows", int, problems, where)
-    rows_available = raw.get("rows_available")
-    if rows_available is not None and not (_is_int(rows_available) and rows_available >= 0):
+    if len(shards) % w:
         problems.append(
-            f"{where}.rows_available: expected a non-negative integer, got {_kind(rows_available)}"
+            f"{where}.shards: {len(shards)} shards is not a multiple of plan.world_size "
+            f"{w}, so ranks cannot hold equal shares"
         )
-        rows_available = None
-    class_counts = raw.get("class_counts", {})
-    if not isinstance(class_counts, dict) or not all(_is_int(v) and v >= 0 for v in class_counts.values()):
+    elif len(shards) != w * plan["shards_per_rank"]:
         problems.append(
-            f"{where}.class_counts: expected an object of class -> count, got {_kind(class_counts)}"
+            f"{where}.shards: {len(shards)} shards != plan.world_size * plan.shards_per_rank "
+            f"= {w} * {plan['shards_per_rank']}"
         )
-        class_counts = {}
-    plan = _parse_plan(raw.get("plan"), f"{where}.plan", problems)
-    if plan is not None and rows is not None:
-        if rows != plan.world_size * plan.rows_per_rank:
+    paths: set[str] = set()
+    for i, shard in enumerate(shards):
+        if shard["rank"] != i % w:
             problems.append(
-                f"{where}.rows: {rows} != plan.world_size * plan.rows_per_rank "
-                f"= {plan.world_size} * {plan.rows_per_rank} = {plan.world_size * plan.rows_per_rank}"
+                f"{where}.shards[{i}].rank: shard {i} belongs to rank {i} % world_size {w} "
+                f"= {i % w}, got {shard['rank']}"
             )
-        if rows_available is not None:
-            if plan.remainder == "drop" and rows > rows_available:
+        if shard["path"] in paths:
+            problems.append(f"{where}.shards[{i}].path: {shard['path']!r} is listed twice")
+        paths.add(shard["path"])
+    if len(problems) == n_before:  # per-rank sums only mean something with the right ranks
+        for rank in range(w):
+            held = sum(s["rows"] for s in shards if s["rank"] == rank)
+            if held != per_rank:
                 problems.append(
-                    f"{where}.rows: {rows} rows exceed rows_available {rows_available} with remainder 'drop'"
+                    f"{where}.shards: rank {rank} holds {held} rows, plan.rows_per_rank is {per_rank}"
                 )
-            if plan.remainder == "pad" and rows < rows_available:
-                problems.append(
-                    f"{where}.rows: {rows} rows are fewer than rows_available {rows_available} "
-                    "with remainder 'pad'"
-                )
-    shards = _parse_shards(raw.get("shards"), where, folder, plan, problems)
-    if len(problems) > n_before or plan is None or shards is None:
-        return None
-    return Split(name, rows, rows_available, dict(class_counts), plan, shards)
+    return problems
 
 
-def _parse_plan(raw: Any, where: str, problems: list[str]) -> Plan | None:
-    if not isinstance(raw, dict):
-        problems.append(f"{where}: expected an object, got {_kind(raw)}")
-        return None
-    n_before = len(problems)
-    world_size = _field(raw, "world_size", int, problems, where)
-    batch_size = _field(raw, "batch_size", int, problems, where)
-    for key, value in (("world_size", world_size), ("batch_size", batch_size)):
-        if value == 0:
-            problems.append(f"{where}.{key}: expected a positive integer, got 0")
-    rows_per_rank = _field(raw, "rows_per_rank", int, problems, where)
-    steps_per_rank = _field(raw, "steps_per_rank", int, problems, where)
-    remainder = raw.get("remainder")
-    if remainder not in REMAINDERS:
-        problems.append(f"{where}.remainder: expected one of {list(REMAINDERS)}, got {remainder!r}")
-    if len(problems) > n_before:
-        return None
-    expected_steps = math.ceil(rows_per_rank / batch_size)
-    if steps_per_rank != expected_steps:
-        problems.append(
-            f"{where}.steps_per_rank: {steps_per_rank} != ceil(rows_per_rank / batch_size) "
-            f"= ceil({rows_per_rank} / {batch_size}) = {expected_steps}"
+def _window_problems(raw: dict[str, Any]) -> list[str]:
+    """Every day of the window has exactly one outcome; the days run oldest first."""
+    window = raw["window"]
+    days = window["days"]
+    problems: list[str] = []
+    if days != sorted(days):
+        problems.append(f"window.days: {days} must run oldest first")
+    if "window_days" in raw and raw["window_days"] != len(days):
+        problems.append(f"window_days: {raw['window_days']} != the {len(days)} days of window.days")
+    owner: dict[str, str] = {}
+    for outcome in WINDOW_OUTCOMES:
+        for day in window[outcome]:
+            if day not in days:
+                problems.append(f"window.{outcome}: {day} is not one of window.days")
+            elif day in owner:
+                problems.append(f"window.{outcome}: {day} is also in window.{owner[day]}")
+            else:
+                owner[day] = outcome
+    unaccounted = [d for d in days if d not in owner]
+    if unaccounted:
+        problems.append(f"window.days: {unaccounted} are in none of {', '.join(WINDOW_OUTCOMES)}")
+    return problems
+
+
+def _resolve(folder: str, reference: str) -> str:
+    """A URI or absolute path as is; a relative path under the manifest's folder."""
+    if "://" in reference or reference.startswith("/"):
+        return reference
+    return storage.join(folder, reference)
+
+
+def _build(raw: dict[str, Any], location: str) -> Manifest:
+    """The dataclasses of a manifest that passed the schema and the rules."""
+    folder = storage.parent_of(location)
+    features = tuple(
+        Feature(
+            f["name"], f["role"], f["dtype"], tuple(f["shape"]), f.get("cardinality"), f.get("vocab_size")
         )
-        return None
-    return Plan(world_size, batch_size, rows_per_rank, steps_per_rank, remainder)
-
-
-def _parse_shards(
-    raw: Any, where: str, folder: str, plan: Plan | None, problems: list[str]
-) -> tuple[Shard, ...] | None:
-    # An empty split (rows 0, e.g. a test split of a tiny window) has no shards; any other
-    # split needs some.
-    empty_ok = plan is not None and plan.rows_per_rank == 0
-    if not isinstance(raw, list) or (not raw and not empty_ok):
-        problems.append(f"{where}.shards: expected a non-empty list, got {_kind(raw)}")
-        return None
-    n_before = len(problems)
-    shards: list[Shard] = []
-    for i, item in enumerate(raw):
-        at = f"{where}.shards[{i}]"
-        if not isinstance(item, dict):
-            problems.append(f"{at}: expected an object, got {_kind(item)}")
-            continue
-        path = _field(item, "path", str, problems, at)
-        if path and ("://" in path or path.startswith("/") or ".." in path.split("/")):
-            # The contract says relative to the manifest's folder; refusing anything
-            # else keeps a manifest from pointing the trainer outside its partition.
-            problems.append(f"{at}.path: expected a path relative to the manifest's folder, got {path!r}")
-            path = None
-        rank = _field(item, "rank", int, problems, at)
-        rows = _field(item, "rows", int, problems, at)
-        size = _field(item, "bytes", int, problems, at)
-        sha = item.get("sha256")
-        if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
-            problems.append(f"{at}.sha256: expected 64 lowercase hex digits, got {_kind(sha)}")
-        if plan is not None and rank is not None and rank != i % plan.world_size:
-            problems.append(
-                f"{at}.rank: shard {i} belongs to rank {i} % world_size {plan.world_size} "
-                f"= {i % plan.world_size}, got {rank}"
-            )
-        if path and rank is not None and rows is not None and size is not None:
-            shards.append(Shard(path, storage.join(folder, path), rank, rows, size, sha))
-    if plan is not None and len(raw) % plan.world_size != 0:
-        problems.append(
-            f"{where}.shards: {len(raw)} shards is not a multiple of plan.world_size "
-            f"{plan.world_size}, so ranks cannot hold equal shares"
+        for f in raw["features"]
+    )
+    splits = {}
+    for name, s in raw["splits"].items():
+        p = s["plan"]
+        plan = Plan(p["world_size"], p["batch_size"], p["rows_per_rank"], p["steps_per_rank"], p["remainder"])
+        shards = tuple(
+            Shard(x["path"], storage.join(folder, x["path"]), x["rank"], x["rows"], x["bytes"], x["sha256"])
+            for x in s["shards"]
         )
-    if len(problems) > n_before:
-        return None
-    if plan is not None:
-        for rank in range(plan.world_size):
-            held = sum(s.rows for s in shards if s.rank == rank)
-            if held != plan.rows_per_rank:
-                problems.append(
-                    f"{where}.shards: rank {rank} holds {held} rows, "
-                    f"plan.rows_per_rank is {plan.rows_per_rank}"
-                )
-    return tuple(shards) if len(problems) == n_before else None
-
-
-def _parse_class_weights(raw: Any, label: Label | None, problems: list[str]) -> dict[str, float] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 and math.isfinite(v)
-        for v in raw.values()
-    ):
-        problems.append(f"class_weights: expected an object of class -> positive weight, got {_kind(raw)}")
-        return None
-    if label is not None:
-        expected = {str(c) for c in label.classes}
-        if set(raw) != expected:
-            problems.append(
-                f"class_weights: keys {sorted(raw)} do not match label.classes {sorted(expected)}"
-            )
-            return None
-    return {k: float(v) for k, v in raw.items()}
+        splits[name] = Split(name, s["rows"], s["rows_available"], dict(s["class_counts"]), plan, shards)
+    transform = raw.get("transform")
+    return Manifest(
+        location=location,
+        format_version=raw["format_version"],
+        dataset=raw["dataset"],
+        logical_date=raw["logical_date"],
+        run_id=raw["run_id"],
+        config_hash=raw["config_hash"],
+        label=Label(raw["label"]["name"], tuple(raw["label"]["classes"])),
+        features=features,
+        splits=splits,
+        class_weights={k: float(v) for k, v in raw["class_weights"].items()},
+        transform=(
+            TransformRef(transform["uri"], _resolve(folder, transform["uri"]), transform["sha256"])
+            if transform
+            else None
+        ),
+    )
 
 
 def shard_schema(manifest: Manifest) -> dict[str, str]:

@@ -1,0 +1,467 @@
+"""Drift of each feature against the trailing window: pure functions over `_stats.json` docs.
+
+`validate` (and `preprocess`, for reference-table columns) write per-partition statistics
+(`lakeprep_contracts/schemas/stats.schema.json`). This module compares the run's day with
+the window's earlier days, pooled, without reading any data:
+
+- **numeric** columns: population stability index (PSI). Each day's distribution is
+  known only through its quantiles, so its CDF is the linear interpolation between them;
+  the reference is the count-weighted mixture of the earlier days' CDFs. Bins are the
+  pooled reference's deciles (`bins` equal-probability bins), plus one bin for missing
+  values (null or NaN), so a rise in nulls is drift too.
+- **categorical** columns and **text** tokens: Jensen-Shannon distance (base 2, in [0, 1])
+  over the top values, one "other" bucket and one "null" bucket.
+
+Every value is recorded, under the threshold or not; `check_drift` raises `DriftError`
+when the action is `stop` and a feature drifts. No Spark, no Airflow: the operator
+(`lakeprep_airflow.operators.drift`) does the reading and writing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FORMAT_VERSION = 1
+# Floor for an empty bin's share: ln(a / 0) is infinite, and a bin that is empty on one
+# side is what drift looks like, so it must weigh a lot but stay finite.
+EPSILON = 1e-4
+ACTIONS = ("warn", "stop")
+METRICS = {"numeric": "psi", "categorical": "jsd", "text": "jsd"}
+
+
+class DriftError(Exception):
+    """Features drift beyond their thresholds and the action is `stop`.
+
+    The message names every drifting feature with its metric, value and threshold;
+    `report` is the full drift report (it is written before this is raised).
+    """
+
+    def __init__(self, report: Mapping[str, Any]) -> None:
+        self.report = report
+        self.features = list(report["drifting"])
+        listed = "; ".join(
+            f"{name} {f['metric']}={f['value']:.3f} > threshold {f['threshold']:g}"
+            for name, f in ((n, report["features"][n]) for n in self.features)
+        )
+        super().__init__(
+            f"drift in {len(self.features)} feature(s) of {report['partition']} against "
+            f"{len(report['reference_partitions'])} earlier day(s): {listed} (action: stop)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class DriftParams:
+    """The `stages.check_drift` knobs; an unknown key is refused (`from_mapping`)."""
+
+    psi_threshold: float = 0.25
+    jsd_threshold: float = 0.1
+    action: str = "warn"
+    min_reference_days: int = 1
+    bins: int = 10
+
+    def __post_init__(self) -> None:
+        if not _is_number(self.psi_threshold) or self.psi_threshold <= 0:
+            raise ValueError(f"psi_threshold {self.psi_threshold!r} must be a number > 0")
+        if not _is_number(self.jsd_threshold) or not 0 < self.jsd_threshold <= 1:
+            raise ValueError(f"jsd_threshold {self.jsd_threshold!r} must be a number in (0, 1]")
+        if self.action not in ACTIONS:
+            raise ValueError(f"action {self.action!r} must be one of {list(ACTIONS)}")
+        if not _is_int(self.min_reference_days) or self.min_reference_days < 1:
+            raise ValueError(f"min_reference_days {self.min_reference_days!r} must be an integer >= 1")
+        if not _is_int(self.bins) or not 2 <= self.bins <= 1000:
+            raise ValueError(f"bins {self.bins!r} must be an integer in [2, 1000]")
+
+    @classmethod
+    def from_mapping(cls, params: Mapping[str, Any] | None) -> DriftParams:
+        params = dict(params or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise TypeError(f"unknown drift parameter(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**params)
+
+    def threshold(self, kind: str) -> float:
+        return self.psi_threshold if METRICS[kind] == "psi" else self.jsd_threshold
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# --------------------------------------------------------------------------- numeric: PSI
+
+
+@dataclasses.dataclass(frozen=True)
+class NumericDay:
+    """One day's numeric column: rows, missing (null or NaN) and the finite values' CDF.
+
+    `values`/`probs` are the CDF's knots: non-decreasing values at increasing
+    probabilities. Between knots the CDF is linear; a repeated value is a jump (a point
+    mass); below the first knot it is 0 and from the last one on it is 1, so mass outside
+    the known quantiles sits on the extreme knots.
+    """
+
+    rows: int
+    missing: int
+    values: tuple[float, ...]
+    probs: tuple[float, ...]
+
+    @property
+    def finite(self) -> int:
+        return self.rows - self.missing
+
+    def cdf(self, x: float) -> float:
+        """P(X <= x) (right-continuous)."""
+        v, p = self.values, self.probs
+        i = bisect_right(v, x) - 1  # last knot <= x
+        if i < 0:
+            return 0.0
+        if i == len(v) - 1:
+            return 1.0
+        return p[i] + (p[i + 1] - p[i]) * (x - v[i]) / (v[i + 1] - v[i])
+
+    def cdf_left(self, x: float) -> float:
+        """P(X < x): the CDF's limit from the left (differs from `cdf` at a point mass)."""
+        v, p = self.values, self.probs
+        i = bisect_left(v, x)  # first knot >= x
+        if i == 0:
+            return 0.0
+        if i == len(v):
+            return 1.0
+        return p[i - 1] + (p[i] - p[i - 1]) * (x - v[i - 1]) / (v[i] - v[i - 1])
+
+
+def numeric_day(column: Mapping[str, Any], where: str = "") -> NumericDay:
+    """A numeric column's stats as a `NumericDay`.
+
+    `count` is the non-null values, of which `nan` are NaN; null and NaN together are the
+    missing bin. Quantile values are null only when there is no finite value.
+    """
+    count, nulls, nan = column["count"], column["nulls"], column.get("nan", 0)
+    rows, missing = count + nulls, nulls + nan
+    if rows - missing <= 0:
+        return NumericDay(rows=rows, missing=rows, values=(), probs=())
+    quantiles = column["quantiles"]
+    probs, values = list(quantiles["probabilities"]), list(quantiles["values"])
+    if len(probs) != len(values) or not probs:
+        raise ValueError(
+            f"{where}quantiles: {len(probs)} probabilities and {len(values)} values; "
+            "expected the same non-zero number"
+        )
+    if any(v is None for v in values):
+        raise ValueError(f"{where}quantiles.values: has nulls, but the column has {rows - missing} values")
+    if any(b <= a for a, b in zip(probs, probs[1:], strict=False)):
+        raise ValueError(f"{where}quantiles.probabilities: {probs} must be strictly increasing")
+    if any(b < a for a, b in zip(values, values[1:], strict=False)):
+        raise ValueError(f"{where}quantiles.values: {values} must be non-decreasing")
+    # Quantiles that stop short of 0 or 1 are completed with the column's min and max.
+    low, high = column.get("min"), column.get("max")
+    if probs[0] > 0 and low is not None and low <= values[0]:
+        probs, values = [0.0, *probs], [float(low), *values]
+    if probs[-1] < 1 and high is not None and high >= values[-1]:
+        probs, values = [*probs, 1.0], [*values, float(high)]
+    return NumericDay(rows=rows, missing=missing, values=tuple(float(v) for v in values), probs=tuple(probs))
+
+
+def pooled_quantiles(days: Sequence[NumericDay], probabilities: Sequence[float]) -> list[float]:
+    """Quantiles of the count-weighted mixture of the days' CDFs (finite values only).
+
+    The mixture is linear between the union of all knots, so each quantile is found
+    exactly: the first knot where the mixture reaches the probability, then either the
+    jump at that knot or linear interpolation inside the segment before it.
+    """
+    days = [d for d in days if d.finite > 0]
+    total = sum(d.finite for d in days)
+    if not total:
+        return []
+    knots = sorted({v for d in days for v in d.values})
+
+    def mixture(x: float, left: bool = False) -> float:
+        return sum(d.finite * (d.cdf_left(x) if left else d.cdf(x)) for d in days) / total
+
+    at_knot = [mixture(k) for k in knots]
+    out: list[float] = []
+    for q in probabilities:
+        j = next((j for j, f in enumerate(at_knot) if f >= q - 1e-12), len(knots) - 1)
+        if j == 0:
+            out.append(knots[0])
+            continue
+        before, reached = at_knot[j - 1], mixture(knots[j], left=True)
+        if reached >= q:
+            out.append(knots[j - 1] + (q - before) / (reached - before) * (knots[j] - knots[j - 1]))
+        else:
+            out.append(knots[j])  # the mixture jumps over q at this knot
+    return out
+
+
+def bin_shares(days: Sequence[NumericDay], edges: Sequence[float]) -> list[float]:
+    """Shares of all rows in `(-inf, e1], (e1, e2], ..., (ek, inf)` and, last, the missing bin."""
+    rows = sum(d.rows for d in days)
+    if not rows:
+        raise ValueError("bin_shares needs at least one row")
+    bounds = [-math.inf, *edges, math.inf]
+    shares = []
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        mass = 0.0
+        for d in days:
+            if d.finite > 0:
+                upper = 1.0 if hi == math.inf else d.cdf(hi)
+                lower = 0.0 if lo == -math.inf else d.cdf(lo)
+                mass += d.finite * (upper - lower)
+        shares.append(mass / rows)
+    shares.append(sum(d.missing for d in days) / rows)
+    return shares
+
+
+def psi(actual: Sequence[float], expected: Sequence[float], epsilon: float = EPSILON) -> float:
+    """Population stability index, sum((a - e) * ln(a / e)), with empty bins floored at epsilon."""
+    total = 0.0
+    for a, e in zip(actual, expected, strict=True):
+        a, e = max(a, epsilon), max(e, epsilon)
+        total += (a - e) * math.log(a / e)
+    return total
+
+
+def numeric_psi(current: NumericDay, reference: Sequence[NumericDay], bins: int = 10) -> float:
+    """PSI of `current` against the pooled `reference` days, on the reference's quantile bins."""
+    cuts = pooled_quantiles(reference, [k / bins for k in range(1, bins)])
+    edges = sorted(set(cuts))  # a point mass makes several quantiles one edge
+    return psi(bin_shares([current], edges), bin_shares(reference, edges))
+
+
+# ------------------------------------------------------------------- categorical/text: JSD
+
+
+@dataclasses.dataclass(frozen=True)
+class CategoryDay:
+    """One day's categorical column (or text tokens): shares of its rows.
+
+    `values` maps each top value to its share, `other` is the rest of the non-null mass,
+    `null` the null rows' share. `complete` is true when nothing fell outside the top
+    (`other_count` 0), so a value absent from `values` is known to have share 0.
+    """
+
+    rows: int
+    values: dict[Any, float]
+    other: float
+    null: float
+    complete: bool
+
+
+def category_day(column: Mapping[str, Any]) -> CategoryDay:
+    """A categorical column's stats, or a text column's top tokens, as shares of its rows.
+
+    For text the non-null rows' mass is spread over tokens in proportion to token counts
+    (a row is a draw of one of its tokens), so null rows and tokens share one distribution.
+    """
+    count, nulls = column["count"], column["nulls"]
+    rows = count + nulls
+    if not rows:
+        return CategoryDay(rows=0, values={}, other=0.0, null=0.0, complete=True)
+    top = {t["value"]: t["count"] for t in column["top"]}
+    other_count = column.get("other_count", 0)
+    listed = sum(top.values()) + other_count
+    present = count / rows
+    if listed:
+        values = {v: present * n / listed for v, n in top.items()}
+        other = present * other_count / listed
+    else:  # non-null rows without a single token (empty strings): all "other"
+        values, other = {}, present
+    return CategoryDay(rows=rows, values=values, other=other, null=nulls / rows, complete=other_count == 0)
+
+
+def _buckets(days: Sequence[CategoryDay], keep: Sequence[Any]) -> list[float]:
+    """The row-weighted mixture of `days` over `keep` values, then "other", then "null"."""
+    rows = sum(d.rows for d in days)
+    kept = set(keep)
+    out = [sum(d.rows * d.values.get(v, 0.0) for d in days) / rows for v in keep]
+    other = sum(d.rows * (d.other + sum(s for v, s in d.values.items() if v not in kept)) for d in days)
+    out.append(other / rows)
+    out.append(sum(d.rows * d.null for d in days) / rows)
+    return out
+
+
+def jensen_shannon_distance(p: Sequence[float], q: Sequence[float]) -> float:
+    """sqrt(JS divergence), base 2: 0 for equal distributions, 1 for disjoint ones."""
+
+    def kl_to_mean(x: Sequence[float], m: Sequence[float]) -> float:
+        return sum(a * math.log2(a / b) for a, b in zip(x, m, strict=True) if a > 0)
+
+    mean = [(a + b) / 2 for a, b in zip(p, q, strict=True)]
+    divergence = 0.5 * kl_to_mean(p, mean) + 0.5 * kl_to_mean(q, mean)
+    return min(1.0, math.sqrt(max(0.0, divergence)))
+
+
+def category_jsd(current: CategoryDay, reference: Sequence[CategoryDay]) -> float:
+    """JSD of `current` against the pooled `reference` days.
+
+    A value gets its own bucket only where every day's share of it is known (it is in
+    that day's top, or that day's top is complete); elsewhere it is folded into "other"
+    on every side. A value that merely crossed the top-k cut between days is not drift.
+    """
+    days = [current, *reference]
+    seen = list(dict.fromkeys(v for d in days for v in d.values))
+    keep = [v for v in seen if all(v in d.values or d.complete for d in days)]
+    return jensen_shannon_distance(_buckets([current], keep), _buckets(reference, keep))
+
+
+# ------------------------------------------------------------------------------- reports
+
+
+def merge_stats(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One day's stats docs (validate, then preprocess) as one: the first doc's columns win.
+
+    `preprocess` adds the reference tables' columns; a column both describe keeps the
+    validate view (the raw values, before imputation).
+    """
+    if not docs:
+        raise ValueError("merge_stats needs at least one stats document")
+    columns: dict[str, Any] = {}
+    for doc in docs:
+        for name, column in doc["columns"].items():
+            columns.setdefault(name, column)
+    first = docs[0]
+    return {
+        "format_version": first["format_version"],
+        "partition": first["partition"],
+        "rows": first["rows"],
+        "columns": columns,
+    }
+
+
+def _column_rows(column: Mapping[str, Any]) -> int:
+    return column["count"] + column["nulls"]
+
+
+def feature_drift(
+    name: str,
+    current: Mapping[str, Any],
+    reference: Sequence[Mapping[str, Any]],
+    params: DriftParams,
+) -> dict[str, Any]:
+    """One feature's result: its metric's value against the reference days that have it.
+
+    A reference day counts when it has the column, of the same kind, with rows. Fewer
+    such days than `min_reference_days` is `no_reference` (the value is still recorded
+    when there is at least one).
+    """
+    kind = current["kind"]
+    metric = METRICS[kind]
+    same = [c for c in reference if c.get("kind") == kind and _column_rows(c) > 0]
+    result: dict[str, Any] = {
+        "kind": kind,
+        "metric": metric,
+        "value": None,
+        "threshold": params.threshold(kind),
+        "status": "no_reference",
+        "reference_days": len(same),
+    }
+    if _column_rows(current) == 0:
+        result["note"] = "the current partition has no rows"
+        return result
+    if same:
+        where = f"columns.{name}."
+        if metric == "psi":
+            value = numeric_psi(
+                numeric_day(current, where), [numeric_day(c, where) for c in same], params.bins
+            )
+        else:
+            value = category_jsd(category_day(current), [category_day(c) for c in same])
+        result["value"] = value
+    if len(same) < params.min_reference_days:
+        result["note"] = (
+            f"{len(same)} earlier day(s) have this column; min_reference_days is {params.min_reference_days}"
+        )
+        return result
+    result["status"] = "drift" if result["value"] > result["threshold"] else "ok"
+    return result
+
+
+def drift_report(
+    current: Mapping[str, Any],
+    reference: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any] | DriftParams | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Compare one day's stats doc with earlier days' (oldest first); never raises on drift.
+
+    :param current: the run's day (`merge_stats` of its validate and preprocess docs).
+    :param reference: the window's earlier days that exist, excluding the current day.
+    :param params: `stages.check_drift` (`DriftParams` fields); unknown keys are refused.
+    :param columns: the columns to judge, in order (default: every column of `current`
+        whose kind has a metric). A named column missing from `current` is an error.
+    :returns: the drift report (`lakeprep_contracts/schemas/drift.schema.json`).
+    """
+    p = params if isinstance(params, DriftParams) else DriftParams.from_mapping(params)
+    if columns is None:
+        names = [n for n, c in current["columns"].items() if c["kind"] in METRICS]
+    else:
+        missing = [n for n in columns if n not in current["columns"]]
+        if missing:
+            raise KeyError(
+                f"{current['partition']}: no statistics for column(s) {missing}; "
+                f"the stats have {sorted(current['columns'])}"
+            )
+        names = list(columns)
+    features = {
+        name: feature_drift(
+            name,
+            current["columns"][name],
+            [doc["columns"][name] for doc in reference if name in doc["columns"]],
+            p,
+        )
+        for name in names
+    }
+    drifting = [n for n, f in features.items() if f["status"] == "drift"]
+    if drifting:
+        status = "drift"
+    elif any(f["status"] == "ok" for f in features.values()):
+        status = "ok"
+    else:
+        status = "no_reference"
+    return {
+        "format_version": FORMAT_VERSION,
+        "partition": current["partition"],
+        "reference_partitions": [doc["partition"] for doc in reference],
+        "params": dataclasses.asdict(p),
+        "features": features,
+        "drifting": drifting,
+        "status": status,
+    }
+
+
+def enforce(report: Mapping[str, Any]) -> None:
+    """Raise `DriftError` when the report's action is `stop` and some feature drifts."""
+    if report["params"]["action"] == "stop" and report["drifting"]:
+        raise DriftError(report)
+
+
+def check_drift(
+    current: Mapping[str, Any],
+    reference: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any] | DriftParams | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """`drift_report`, then `enforce`: returns the report, or raises `DriftError` on a stop."""
+    report = drift_report(current, reference, params, columns=columns)
+    enforce(report)
+    return report
+
+
+def describe(name: str, feature: Mapping[str, Any]) -> str:
+    """One log line: `distance psi=0.031 (threshold 0.25) ok`."""
+    value = "n/a" if feature["value"] is None else f"{feature['value']:.3f}"
+    line = f"{name} {feature['metric']}={value} (threshold {feature['threshold']:g}) {feature['status']}"
+    if feature["status"] == "no_reference":
+        line += f" ({feature['reference_days']} reference day(s))"
+    return line
