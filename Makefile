@@ -30,10 +30,11 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libkrb5-dev openjdk-17-jre-headless >/dev/null; \
 	fi
 
-$(STAMP): requirements.txt requirements-dev.txt requirements-train.txt | system-deps
+$(STAMP): requirements.txt requirements-dev.txt requirements-train.txt pyproject.toml | system-deps
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt -r requirements-train.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 
 venv: $(STAMP)
