@@ -23,6 +23,7 @@ from typing import Any
 
 import jsonschema
 import yaml
+
 from lakeprep_contracts import knobs, layout
 
 ROLES = ("id", "label", "numeric", "categorical", "text", "timestamp", "ignored")
@@ -47,8 +48,15 @@ _COLUMN = {
         "nullable": {"type": "boolean"},
         "expr": {"type": "string", "minLength": 1},
         "transform": knobs.column_transform_schema(),
+        # The file's header (or JSON key) when it is not the contract name: exporters
+        # write `Culmen Length (mm)`; the contract, derived columns and shards say
+        # `culmen_length_mm`. Raw columns only.
+        "raw_name": {"type": "string", "minLength": 1, "maxLength": 1024},
+        # Values read as null in this column, replacing `source.null_tokens` ([] = none).
+        "null_tokens": {"type": "array", "items": {"type": "string"}},
     },
 }
+DEFAULT_TIME_ZONE = "UTC"
 _READ_OPTIONS = {
     "type": "object",
     "additionalProperties": {"type": "string"},
@@ -68,14 +76,21 @@ SPEC_SCHEMA: dict[str, Any] = {
         "start_date": {"type": "string", "format": "date"},
         "end_date": {"type": ["string", "null"], "format": "date"},
         "catchup": {"type": "boolean"},
+        # The dataset's zone (IANA): timestamps without an offset are read in it and
+        # calendar functions in derived columns use it (Spark's session time zone).
+        "time_zone": {"type": "string", "minLength": 1, "default": DEFAULT_TIME_ZONE},
         "source": {
             "type": "object",
             "additionalProperties": False,
             "required": ["uri", "format"],
             "properties": {
                 "uri": {"type": "string", "pattern": r"\{ds\}"},
-                "format": {"enum": list(FORMATS)},
+                # `text`: unstructured text into one string column (`text_column`).
+                "format": {"enum": [*FORMATS, "text"]},
                 "options": _READ_OPTIONS,
+                "null_tokens": {"type": "array", "items": {"type": "string"}},
+                "text_column": _NAME,
+                "text_per": {"enum": ["line", "file"]},
                 "min_files": {"type": "integer", "minimum": 0},
                 "min_bytes": {"type": "integer", "minimum": 0},
                 "timeout_seconds": {"type": "integer", "minimum": 1},
@@ -283,6 +298,151 @@ def _check_semantics(spec: DatasetSpec) -> None:
     start = spec.data.get("start_date")
     if spec.data.get("schedule") and not start:
         raise SpecError(f"{where}: a scheduled dataset needs start_date (YYYY-MM-DD)")
+    _check_source(spec)
+    _check_time_zone(spec)
+    _check_expressions(spec)
+
+
+# validate decides how bad records are kept (PERMISSIVE, its corrupt-record column);
+# DROPMALFORMED or FAILFAST would lose rows or a day.
+_VALIDATE_OWNED_OPTIONS = ("mode", "columnNameOfCorruptRecord")
+
+
+def _check_source(spec: DatasetSpec) -> None:
+    """Header names, null tokens and the text format: what the raw files must look like."""
+    where = spec.path
+    source = spec.source
+    computed = [(f"derived.{i}", c) for i, c in enumerate(spec.data["derived"])]
+    for ref in spec.data.get("references", []):
+        computed += [(f"references.{ref['name']}.columns.{i}", c) for i, c in enumerate(ref["columns"])]
+    for field, col in computed:
+        for key in ("raw_name", "null_tokens"):
+            if key in col:
+                raise SpecError(f"{where}: {field} ({col['name']}).{key}: applies to raw columns only")
+    read_by: dict[str, str] = {}
+    for i, col in enumerate(spec.data["columns"]):
+        header = col.get("raw_name", col["name"])
+        if header != header.strip():
+            raise SpecError(
+                f"{where}: columns.{i} ({col['name']}).raw_name: {header!r} has surrounding "
+                "whitespace; headers are compared without it"
+            )
+        if header in read_by:
+            raise SpecError(
+                f"{where}: columns.{i} ({col['name']}): reads the file's column {header!r}, "
+                f"already read by {read_by[header]!r}"
+            )
+        read_by[header] = col["name"]
+    owned = {o.lower() for o in _VALIDATE_OWNED_OPTIONS}
+    for key in source.get("options", {}):
+        if key.lower() in owned:
+            raise SpecError(
+                f"{where}: source.options.{key}: set by validate itself (PERMISSIVE mode, "
+                "bad records quarantined with a reason); remove it"
+            )
+    names = [c["name"] for c in spec.data["columns"]]
+    if source["format"] == "text":
+        text_column = source.get("text_column")
+        if text_column is None:
+            raise SpecError(f"{where}: source.text_column: format 'text' needs the column the text goes to")
+        if names != [text_column] or spec.data["columns"][0]["type"] != "string":
+            raise SpecError(
+                f"{where}: source.text_column: format 'text' reads one string column, so columns "
+                f"must be exactly [{{name: {text_column}, type: string, ...}}]; found {names}"
+            )
+        if "raw_name" in spec.data["columns"][0]:
+            raise SpecError(f"{where}: columns.0 ({text_column}).raw_name: a text file has no header")
+    else:
+        for key in ("text_column", "text_per"):
+            if key in source:
+                raise SpecError(f"{where}: source.{key}: only for format 'text', not {source['format']!r}")
+
+
+def _check_time_zone(spec: DatasetSpec) -> None:
+    """`time_zone` is an IANA name, and Spark's session zone is not set apart from it."""
+    import zoneinfo
+
+    where = spec.path
+    zone = spec.data.get("time_zone", DEFAULT_TIME_ZONE)
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
+        raise SpecError(
+            f"{where}: time_zone: {zone!r} is not an IANA time zone name (e.g. 'UTC', 'America/New_York')"
+        ) from err
+    conf = spec.data.get("spark", {}).get("conf", {}).get("spark.sql.session.timeZone")
+    if conf is not None and conf != zone:
+        raise SpecError(
+            f"{where}: spark.conf.spark.sql.session.timeZone {conf!r} differs from time_zone {zone!r}; "
+            "set time_zone only (stages get it as the session zone)"
+        )
+
+
+def _check_expressions(spec: DatasetSpec) -> None:
+    """Every `expr` parses as Spark SQL; derived ones also resolve and translate for serving.
+
+    Derived columns are computed by Spark in `validate` and by DuckDB when serving (the
+    expression translated by sqlglot), so a derived `expr` must: be one row-level
+    expression (no subquery, aggregate or window), refer only to raw contract columns,
+    earlier derived columns and `_source_file`, use only functions sqlglot's Spark
+    dialect knows, and translate to DuckDB without an unsupported construct. Reference
+    columns are evaluated over the reference table, whose columns the spec does not
+    declare: they only have to parse. sqlglot is imported here, not at module level, so
+    a process that never checks a spec does not pay for it.
+    """
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ErrorLevel, SqlglotError
+
+    where = spec.path
+
+    def parsed(field: str, expr: str) -> exp.Expression:
+        try:
+            trees = [t for t in sqlglot.parse(expr, read="spark") if t is not None]
+        except SqlglotError as err:
+            first = str(err).splitlines()[0]
+            raise SpecError(f"{where}: {field}: {expr!r} does not parse as Spark SQL: {first}") from err
+        if len(trees) != 1:
+            raise SpecError(f"{where}: {field}: {expr!r} must be one expression, found {len(trees)}")
+        return trees[0]
+
+    known = {c["name"] for c in spec.data["columns"]} | {layout.SOURCE_FILE}
+    for col in spec.data["derived"]:
+        field, expr = f"derived.{col['name']}", col["expr"]
+        tree = parsed(field, expr)
+        for kind, what in (
+            (exp.Select, "a subquery"),
+            (exp.AggFunc, "an aggregate"),
+            (exp.Window, "a window"),
+        ):
+            if tree.find(kind) is not None:
+                raise SpecError(f"{where}: {field}: {expr!r} holds {what}; derived columns are per row")
+        # Spark and DuckDB resolve unquoted names case-insensitively; contract names are lower case.
+        refs = sorted({c.parts[0].name.lower() for c in tree.find_all(exp.Column)} - known)
+        if refs:
+            raise SpecError(
+                f"{where}: {field}: {expr!r} refers to {refs}, which are neither raw contract "
+                f"columns nor earlier derived columns (known here: {sorted(known)}; raw columns "
+                "go by their contract name, not raw_name)"
+            )
+        unknown = sorted({f.name for f in tree.find_all(exp.Anonymous)})
+        if unknown:
+            raise SpecError(
+                f"{where}: {field}: {expr!r} calls {unknown}, not Spark SQL functions sqlglot knows, "
+                "so it cannot be translated for serving (DuckDB); use a known function"
+            )
+        try:
+            sqlglot.transpile(expr, read="spark", write="duckdb", unsupported_level=ErrorLevel.RAISE)
+        except SqlglotError as err:
+            first = str(err).splitlines()[0]
+            raise SpecError(
+                f"{where}: {field}: {expr!r} does not translate to DuckDB for serving: {first}"
+            ) from err
+        known.add(col["name"])
+    for ref in spec.data.get("references", []):
+        for col in ref["columns"]:
+            if "expr" in col:
+                parsed(f"references.{ref['name']}.columns.{col['name']}", col["expr"])
 
 
 def load_spec(path: str | os.PathLike[str]) -> DatasetSpec:
@@ -349,18 +509,31 @@ def _feature_columns(spec: DatasetSpec) -> dict[str, list[str]]:
 
 def _validate_params(spec: DatasetSpec) -> dict[str, Any]:
     label = spec.data["label"]
+    source = spec.source
+    own = [*spec.data["columns"], *spec.data["derived"]]
     return {
         **spec.stages["validate"],
-        "format": spec.source["format"],
-        "options": spec.source.get("options", {}),
+        "format": source["format"],
+        "options": source.get("options", {}),
+        "null_tokens": source.get("null_tokens", []),
+        "text_column": source.get("text_column"),
+        "text_per": source.get("text_per", "line"),
+        "time_zone": spec.data.get("time_zone", DEFAULT_TIME_ZONE),
         "columns": [
-            {"name": c["name"], "type": c["type"], "nullable": c.get("nullable", True)}
+            {
+                "name": c["name"],
+                "type": c["type"],
+                "nullable": c.get("nullable", True),
+                **{k: c[k] for k in ("raw_name", "null_tokens") if k in c},
+            }
             for c in spec.data["columns"]
         ],
         "derived": [{"name": c["name"], "expr": c["expr"]} for c in spec.data["derived"]],
         "id_column": spec.columns_with_role("id")[0],
         "label_column": label["column"],
         "label_classes": label["classes"],
+        # `_stats.json` profiles the features validate has (reference columns join later).
+        "stats_kinds": {c["name"]: c["role"] for c in own if c["role"] in FEATURE_ROLES},
     }
 
 
@@ -383,6 +556,13 @@ def _preprocess_params(spec: DatasetSpec, lake_root: str, ds: str) -> dict[str, 
         "id_column": spec.columns_with_role("id")[0],
         "label_column": spec.data["label"]["column"],
         "tokenizer": TOKENIZER,
+        # Reference-table features are profiled here (validate profiles the raw ones).
+        "stats_kinds": {
+            c["name"]: c["role"]
+            for r in spec.data.get("references", [])
+            for c in r["columns"]
+            if c["role"] in FEATURE_ROLES
+        },
         **_feature_columns(spec),
     }
 
@@ -462,7 +642,9 @@ def stage_params(
             "config_hash": config_hash(spec),
             "world_size": spec.training["world_size"],
             "window": window or {},
-            "transform_uri": layout.join(lake_uri(lake_root, "fit_transform", spec.name, ds), layout.TRANSFORM),
+            "transform_uri": layout.join(
+                lake_uri(lake_root, "fit_transform", spec.name, ds), layout.TRANSFORM
+            ),
         }
     raise SpecError(f"unknown stage {stage!r}; expected one of {STAGES}")
 

@@ -17,7 +17,8 @@ as `array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
   `_quarantine/` with `exact duplicate` or `conflicting duplicate id` as the reason:
   rows in = rows out + rows quarantined.
 - Reference tables are de-duplicated on their join keys and broadcast-joined (left), so
-  a join can never add or lose rows; unmatched rows are counted per table.
+  a join can never add or lose rows; unmatched rows are counted per table. Their feature
+  columns are profiled into `_stats.json` (validate profiles the raw ones), for drift.
 - Everything is Spark SQL functions and `pyspark.ml` built-ins: no Python UDFs.
 """
 
@@ -28,8 +29,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
-
-from lakeprep_jobs import common
+from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -48,6 +48,7 @@ class PreprocessParams:
     deduplicate: bool
     text_max_length: int
     references: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    stats_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.text_max_length < 1:
@@ -148,11 +149,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
         F.sum((F.length(F.col(c).cast("string")) > p.text_max_length).cast("int")).alias(f"cut__{c}")
         for c in p.text
     ]
-    stats = joined.agg(*aggs).collect()[0].asDict()
+    counts = joined.agg(*aggs).collect()[0].asDict()
     reasons = {
         r[0]: int(r[1]) for r in flagged.filter(F.col(REASON).isNotNull()).groupBy(REASON).count().collect()
     }
-    rows_out = int(stats["rows"])
+    rows_out = int(counts["rows"])
     quarantined = sum(reasons.values())
     report = {
         "stage": "preprocess",
@@ -162,9 +163,9 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
         "rows_quarantined": quarantined,
         "quarantine_reasons": dict(sorted(reasons.items())),
         "reference_unmatched": {
-            r["name"]: rows_out - int(stats[f"matched__{r['name']}"]) for r in p.references
+            r["name"]: rows_out - int(counts[f"matched__{r['name']}"]) for r in p.references
         },
-        "text_cut": {c: int(stats[f"cut__{c}"] or 0) for c in p.text},
+        "text_cut": {c: int(counts[f"cut__{c}"] or 0) for c in p.text},
     }
     with common.PartitionCommit(spark, output) as staging:
         common.write_parquet(clean_features(joined, p), staging)
@@ -174,6 +175,13 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
                     REASON, F.to_json(F.struct(*[F.col(f"`{c}`") for c in validated.columns])).alias("_row")
                 ),
                 layout.join(staging, layout.QUARANTINE_DIR),
+            )
+        if p.stats_kinds:
+            profile = stats.partition_stats(joined.select(*p.stats_kinds), p.stats_kinds)
+            common.write_text(
+                spark,
+                layout.join(staging, layout.STATS),
+                stats.to_json(stats.stats_document(output, profile)),
             )
         common.write_report(spark, staging, report)
         common.write_success(spark, staging)

@@ -146,6 +146,20 @@ def test_run_end_to_end(spark, tmp_path):
     assert rows["b"]["carrier"] in ("UA", "XX")
 
 
+def test_reference_features_are_profiled_for_drift(spark, tmp_path):
+    from lakeprep_contracts import documents
+
+    src, ref_uri = land(spark, tmp_path)
+    out_dir = tmp_path / "out"
+    preprocess.run(spark, [src], f"file://{out_dir}", params(ref_uri, stats_kinds={"temp": "numeric"}))
+    doc = json.loads((out_dir / "_stats.json").read_text())
+    documents.require("stats", doc, "preprocess _stats.json")
+    assert list(doc["columns"]) == ["temp"]
+    # 4 kept rows: temp 10 (a, d), 20 (b), none for c (hour 7 has no weather).
+    assert doc["columns"]["temp"]["count"] == 3 and doc["columns"]["temp"]["nulls"] == 1
+    assert doc["columns"]["temp"]["max"] == 20.0
+
+
 def test_the_kept_duplicate_does_not_depend_on_row_order(spark, tmp_path):
     src, ref_uri = land(spark, tmp_path / "one")
     first = preprocess.run(spark, [src], f"file://{tmp_path}/one/out", params(ref_uri))
