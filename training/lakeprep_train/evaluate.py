@@ -15,24 +15,40 @@ if TYPE_CHECKING:
     from lakeprep_train.manifest import Manifest
 
 
+def class_probabilities(logits: torch.Tensor) -> np.ndarray:
+    """``[B, n_classes]`` probabilities in ``label.classes`` order, from the model's logits.
+
+    Two classes have one logit (positive = classes[1]): ``[1 - sigmoid, sigmoid]``.
+    ``lakeprep_train.predict`` uses this too, so serving and evaluation cannot differ.
+    """
+    logits = logits.detach().float().cpu()
+    if logits.dim() == 1:
+        positive = torch.sigmoid(logits.double())
+        return torch.stack([1 - positive, positive], dim=1).numpy()
+    return torch.softmax(logits.double(), dim=1).numpy()
+
+
 def evaluate_split(
-    model: torch.nn.Module, manifest: Manifest, split: str, device: torch.device
+    model: torch.nn.Module, manifest: Manifest, split: str, device: torch.device, *, per_row: bool = False
 ) -> dict[str, Any]:
     """Metrics over all shards of ``split``, read by this one process.
 
     ``loss`` is the unweighted mean cross-entropy, comparable across runs whatever the
     class weights. A split exported with ``remainder: "pad"`` repeats rows to even out
     the ranks; each row id is counted once here, so ``rows`` is the distinct rows.
+    With ``per_row``, ``outputs`` maps each row id to its class probabilities
+    (:func:`class_probabilities`): what ``predict`` must give for the same rows.
     """
     padded = manifest.split(split).plan.remainder == "pad"
     seen: set[str] = set()
     logits_parts: list[torch.Tensor] = []
     label_parts: list[np.ndarray] = []
+    id_parts: list[np.ndarray] = []
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            for batch in split_batches(manifest, split, with_ids=padded):
+            for batch in split_batches(manifest, split, with_ids=padded or per_row):
                 if padded:
                     keep = np.zeros(len(batch), dtype=bool)
                     for i, row_id in enumerate(batch.ids):
@@ -42,8 +58,11 @@ def evaluate_split(
                     index = torch.from_numpy(np.flatnonzero(keep))
                     batch.numeric, batch.categorical = batch.numeric[index], batch.categorical[index]
                     batch.text, batch.label = batch.text[index], batch.label[index]
+                    batch.ids = batch.ids[keep]
                     if not len(batch):
                         continue
+                if per_row:
+                    id_parts.append(batch.ids)
                 batch = batch.to(device, non_blocking=True)
                 logits_parts.append(model(batch.numeric, batch.categorical, batch.text).float().cpu())
                 label_parts.append(batch.label.cpu().numpy())
@@ -62,10 +81,15 @@ def evaluate_split(
         loss = F.cross_entropy(logits, target)
         predicted = logits.argmax(dim=1).numpy()
         auc = macro_auc(torch.softmax(logits, dim=1).numpy(), labels)
-    return {
+    result = {
         "loss": float(loss),
         "accuracy": float((predicted == labels).mean()),
         "auc": auc,
         "rows": int(len(labels)),
         "baseline": majority_baseline(labels, manifest.label.classes),
     }
+    if per_row:
+        probabilities = class_probabilities(logits)
+        ids = np.concatenate(id_parts)
+        result["outputs"] = {str(i): p.tolist() for i, p in zip(ids, probabilities, strict=True)}
+    return result

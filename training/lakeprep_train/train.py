@@ -7,12 +7,15 @@ RANK, WORLD_SIZE and LOCAL_RANK come from the environment, as torchrun sets them
 A preflight runs before any process group exists: a world size that differs from the
 manifest's plan is refused at once with both numbers, instead of hanging at the first
 collective. Rank 0 writes ``metrics.json``, ``model.pt`` and ``telemetry.json`` to
-the output folder, each atomically.
+the output folder, each atomically, and copies the manifest's fitted transform there as
+``transform.json`` (checked against the manifest's sha256 before training starts), so
+the folder alone serves: ``python -m lakeprep_train.predict --model DIR --input RAW``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import os
@@ -26,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from lakeprep_train import storage
 from lakeprep_train.dataset import RankBatches
 from lakeprep_train.evaluate import evaluate_split
 from lakeprep_train.manifest import Manifest, ManifestError, load_manifest
@@ -35,6 +39,7 @@ from lakeprep_train.telemetry import CommTimer, StepTelemetry, summarize
 log = logging.getLogger("lakeprep_train")
 
 HIDDEN = (128, 64)
+TRANSFORM_FILE = "transform.json"
 
 
 class PreflightError(RuntimeError):
@@ -124,6 +129,32 @@ def _all_reduce(values: list[float], device: torch.device, distributed: bool, op
     return tensor.tolist()
 
 
+def read_transform(manifest: Manifest) -> bytes | None:
+    """The bytes of the manifest's fitted transform, checked against its sha256; None if it has none.
+
+    Read before training so a wrong or missing transform fails the run at once, not
+    after the epochs; written beside ``model.pt`` at the end. A manifest from before
+    ``fit_transform`` has no transform: the model folder then cannot serve, said in a log line.
+    """
+    ref = manifest.transform
+    if ref is None:
+        log.info("%s has no transform: model folder will not hold %s", manifest.location, TRANSFORM_FILE)
+        return None
+    try:
+        with storage.open_input(ref.location) as f:
+            data = f.read()
+    except (OSError, ValueError) as err:
+        raise PreflightError(
+            f"{manifest.location}: transform.uri {ref.uri!r}: cannot read {ref.location}: {err}"
+        ) from err
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != ref.sha256:
+        raise PreflightError(
+            f"{manifest.location}: transform.sha256 is {ref.sha256}, but {ref.location} has sha256 {digest}"
+        )
+    return data
+
+
 def _write_atomically(path: str, write: Any) -> None:
     partial = f"{path}.partial"
     write(partial)
@@ -139,7 +170,13 @@ def _write_json(path: str, value: Any) -> None:
     _write_atomically(path, write)
 
 
-def fit(manifest: Manifest, args: argparse.Namespace, env: DistributedEnv, device: torch.device) -> None:
+def fit(
+    manifest: Manifest,
+    args: argparse.Namespace,
+    env: DistributedEnv,
+    device: torch.device,
+    transform: bytes | None = None,
+) -> None:
     distributed = env.world_size > 1
     torch.manual_seed(args.seed)
     model = TabularMLP(manifest.features, len(manifest.label.classes), hidden=HIDDEN).to(device)
@@ -280,8 +317,18 @@ def fit(manifest: Manifest, args: argparse.Namespace, env: DistributedEnv, devic
         "manifest": manifest.location,
     }
     _write_atomically(os.path.join(args.output, "model.pt"), lambda target: torch.save(checkpoint, target))
+    written = "metrics.json, model.pt, telemetry.json"
+    if transform is not None:
+
+        def write_transform(target: str) -> None:
+            with open(target, "wb") as f:
+                f.write(transform)
+
+        _write_atomically(os.path.join(args.output, TRANSFORM_FILE), write_transform)
+        written += f", {TRANSFORM_FILE}"
     log.info(
-        "wrote metrics.json, model.pt, telemetry.json to %s; run is %s: %s. %s",
+        "wrote %s to %s; run is %s: %s. %s",
+        written,
         args.output,
         report["classification"],
         report["reason"],
@@ -306,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         preflight(manifest, env)
         device = resolve_device(args.device, env.local_rank)
         RankBatches(manifest, "train", env.rank).check_shards()
+        transform = read_transform(manifest) if env.rank == 0 else None
     except (ManifestError, PreflightError, ValueError) as err:
         log.error("preflight failed: %s", err)
         return 2
@@ -319,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if env.world_size > 1:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     try:
-        fit(manifest, args, env, device)
+        fit(manifest, args, env, device, transform)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

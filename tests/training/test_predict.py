@@ -1,0 +1,318 @@
+"""predict end to end: raw records -> the trainer's own model and transform -> the trainer's outputs.
+
+The shards here are made from raw CSV rows by the serving path itself, then trained on
+by `lakeprep_train.train`; `predict` on the same raw rows must give exactly what the
+trainer's evaluation gives for them (`evaluate_split(..., per_row=True)`). That the
+encoding equals Spark's is proven in test_transform/test_serving and the parity test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from lakeprep_train import predict, serving, train
+from lakeprep_train.evaluate import evaluate_split
+from lakeprep_train.manifest import load_manifest
+from tests.training.test_serving import HEADER, PLANES
+from tests.training.transform_doc import make_doc
+
+SPLITS = {"train": 320, "validation": 64, "test": 64}
+
+
+def raw_rows(n: int, rng: np.random.Generator) -> list[str]:
+    """Flights whose delay follows distance, carrier and the note, so a model can learn it."""
+    carriers = np.array(["UA", "B6", "EV", "AA"])
+    rows = []
+    for i in range(n):
+        carrier = carriers[rng.integers(0, 4)]
+        distance = float(rng.uniform(100, 2500))
+        note = rng.choice(["storm ahead", "clear", "late crew", ""])
+        delay = (
+            (distance - 1200) / 30
+            + 25 * (carrier in ("EV", "AA"))
+            + 30 * ("storm" in note)
+            + rng.normal(0, 10)
+        )
+        hour = int(rng.integers(0, 24))
+        tail = rng.choice(["N1", "N2", "N3", "N404"])
+        distance_text = "NA" if i % 17 == 0 else f"{distance:.1f}"
+        rows.append(
+            f"2013,1,{1 + i % 28},{carrier},{1000 + i},{distance_text},{delay:.1f},{tail},"
+            f"2013-01-{1 + i % 28:02d} {hour:02d}:00:00,{note}"
+        )
+    return rows
+
+
+def write_model_inputs(root: Path) -> tuple[Path, Path, dict[str, list[str]]]:
+    """Raw CSVs per split, the transform, shards made from the rows, and a valid manifest."""
+    rng = np.random.default_rng(3)
+    doc = make_doc()
+    transform_path = root / "fit_transform" / "transform.json"
+    transform_path.parent.mkdir(parents=True)
+    transform_path.write_text(json.dumps(doc, indent=2))
+    planes = root / "planes.csv"
+    planes.write_text(PLANES)
+    raw: dict[str, list[str]] = {}
+    splits = {}
+    features = None
+    counts_by_split = {}
+    for split, n in SPLITS.items():
+        raw[split] = raw_rows(n, rng)
+        source = root / f"raw_{split}.csv"
+        source.write_text("\n".join([HEADER, *raw[split]]) + "\n")
+        served = serving.serve(str(source), doc, references={"planes": str(planes)})
+        assert served.rejected == [] and len(served.accepted) == n
+        columns = {"id": pa.array(served.features["id"].tolist(), pa.string())}
+        columns["label"] = pa.array(served.features["label"], pa.int32())
+        for name, values in served.features.items():
+            if name.startswith(("num__", "cat__")):
+                columns[name] = pa.array(values)
+            elif name.startswith("txt__"):
+                columns[name] = pa.array(values.tolist(), pa.list_(pa.int32()))
+        shard = root / "shards" / split / "shard-00000.parquet"
+        shard.parent.mkdir(parents=True)
+        pq.write_table(pa.table(columns), shard)
+        data = shard.read_bytes()
+        counts = np.bincount(served.features["label"], minlength=2)
+        counts_by_split[split] = counts
+        splits[split] = {
+            "rows": n,
+            "rows_available": n,
+            "class_counts": {"0": int(counts[0]), "1": int(counts[1])},
+            "plan": {
+                "world_size": 1,
+                "batch_size": 32,
+                "rows_per_rank": n,
+                "steps_per_rank": math.ceil(n / 32),
+                "shards_per_rank": 1,
+                "remainder": "drop",
+            },
+            "shards": [
+                {
+                    "path": f"shards/{split}/{shard.name}",
+                    "rank": 0,
+                    "rows": n,
+                    "bytes": len(data),
+                    "sha256": hashlib.sha256(data).hexdigest(),
+                }
+            ],
+        }
+        features = [
+            *(
+                {"name": s["output"], "role": "numeric", "dtype": "float32", "shape": []}
+                for s in doc["numeric"]
+            ),
+            *(
+                {
+                    "name": s["output"],
+                    "role": "categorical",
+                    "dtype": "int32",
+                    "shape": [],
+                    "cardinality": s["cardinality"],
+                }
+                for s in doc["categorical"]
+            ),
+            *(
+                {
+                    "name": s["output"],
+                    "role": "text",
+                    "dtype": "int32",
+                    "shape": [s["max_tokens"]],
+                    "vocab_size": s["cardinality"],
+                }
+                for s in doc["text"]
+            ),
+        ]
+    train_counts = counts_by_split["train"]
+    manifest = {
+        "format_version": 1,
+        "dataset": "toy_flights",
+        "logical_date": "2013-01-03",
+        "run_id": "manual__2013-01-03T00:00:00+00:00",
+        "config_hash": "0" * 64,
+        "source_partitions": [
+            {
+                "uri": "file:///lake/sample/toy_flights/dt=2013-01-03",
+                "rows": 448,
+                "fingerprint": "f" * 64,
+                "bytes": 1,
+            }
+        ],
+        "window": {
+            "days": ["2013-01-03"],
+            "complete": ["2013-01-03"],
+            "failed": [],
+            "missing": [],
+            "before_start": [],
+        },
+        "transform": {
+            "uri": "fit_transform/transform.json",
+            "sha256": hashlib.sha256(transform_path.read_bytes()).hexdigest(),
+        },
+        "label": {"name": "label", "classes": [0, 1]},
+        "features": features,
+        "splits": splits,
+        "class_weights": {str(k): float(train_counts.sum() / (2 * train_counts[k])) for k in range(2)},
+    }
+    path = root / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2))
+    return path, planes, raw
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A model trained by train.py on shards made from raw rows, and those rows."""
+    root = tmp_path_factory.mktemp("predict")
+    manifest, planes, raw = write_model_inputs(root)
+    out = root / "model"
+    torch.set_num_threads(1)
+    code = train.main(
+        [
+            "--manifest",
+            str(manifest),
+            "--output",
+            str(out),
+            "--epochs",
+            "3",
+            "--lr",
+            "1e-2",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert code == 0
+    return {"root": root, "manifest": manifest, "planes": planes, "raw": raw, "model": out}
+
+
+def test_the_trainer_copies_the_transform_beside_the_model(trained):
+    copied = (trained["model"] / "transform.json").read_bytes()
+    assert copied == (trained["root"] / "fit_transform" / "transform.json").read_bytes()
+    assert not list(trained["model"].glob("*.partial"))
+
+
+def test_predict_gives_the_trainers_own_evaluation_outputs(trained, tmp_path, capsys):
+    manifest = load_manifest(str(trained["manifest"]))
+    loaded = predict.load_model(str(trained["model"]))
+    evaluated = evaluate_split(loaded.model, manifest, "test", torch.device("cpu"), per_row=True)
+    assert len(evaluated["outputs"]) == SPLITS["test"]
+
+    bad = "2013,1,5,UA,x,1,1,N1,2013-01-01,"
+    source = tmp_path / "score.csv"
+    source.write_text(
+        "\n".join([HEADER, *trained["raw"]["test"][:30], bad, *trained["raw"]["test"][30:]]) + "\n"
+    )
+    output = tmp_path / "predictions.jsonl"
+    code = predict.main(
+        [
+            "--model",
+            str(trained["model"]),
+            "--input",
+            str(source),
+            "--reference",
+            f"planes={trained['planes']}",
+            "--output",
+            str(output),
+        ]
+    )
+    assert code == 0
+    assert f"{source}: rows read 65 = accepted 64 + rejected 1" in capsys.readouterr().err
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(rows) == 65 and [r["row"] for r in rows] == list(range(65))
+    assert rows[30] == {"row": 30, "line": 32, "id": None, "reason": "bad int in flight: x"}
+    scored = [r for r in rows if "reason" not in r]
+    assert {r["id"] for r in scored} == set(evaluated["outputs"])
+    for r in scored:
+        expected = evaluated["outputs"][r["id"]]
+        got = [r["probabilities"]["0"], r["probabilities"]["1"]]
+        assert got == pytest.approx(expected, abs=1e-6)
+        assert r["prediction"] == (1 if expected[1] > 0.5 else 0)
+    accuracy = np.mean([r["prediction"] == r["label"] for r in scored])
+    assert accuracy == pytest.approx(evaluated["accuracy"])
+    assert accuracy > evaluated["baseline"]["accuracy"]
+
+
+def test_predict_writes_parquet(trained, tmp_path):
+    source = tmp_path / "score.csv"
+    source.write_text("\n".join([HEADER, *trained["raw"]["validation"][:5], "2013,1,5"]) + "\n")
+    output = tmp_path / "predictions.parquet"
+    args = ["--model", str(trained["model"]), "--input", str(source), "--output", str(output)]
+    assert predict.main([*args, "--reference", f"planes={trained['planes']}"]) == 0
+    table = pq.read_table(output)
+    assert table.column_names == [
+        "row",
+        "line",
+        "id",
+        "label",
+        "prediction",
+        "probability__0",
+        "probability__1",
+        "reason",
+    ]
+    assert table.column("reason").to_pylist() == [None] * 5 + ["malformed record"]
+    p0, p1 = table.column("probability__0").to_pylist()[:5], table.column("probability__1").to_pylist()[:5]
+    assert all(abs(a + b - 1) < 1e-9 for a, b in zip(p0, p1, strict=True))
+
+
+def test_predict_without_the_reference_names_the_flag(trained, tmp_path, capsys):
+    source = tmp_path / "score.csv"
+    source.write_text("\n".join([HEADER, *trained["raw"]["validation"][:2]]) + "\n")
+    assert predict.main(["--model", str(trained["model"]), "--input", str(source)]) == 2
+    assert "--reference planes=PATH" in capsys.readouterr().err
+
+
+def test_a_model_folder_without_its_transform_cannot_serve(trained, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(trained["model"] / "model.pt", folder / "model.pt")
+    with pytest.raises(predict.ModelFolderError, match="transform.json: missing"):
+        predict.load_model(str(folder))
+
+
+def test_a_transform_that_does_not_fit_the_model_is_refused(trained, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(trained["model"], folder)
+    doc = json.loads((folder / "transform.json").read_text())
+    doc["categorical"][0]["vocabulary"].append("WN")
+    doc["categorical"][0]["counts"].append(1)
+    doc["categorical"][0]["cardinality"] += 1
+    (folder / "transform.json").write_text(json.dumps(doc))
+    with pytest.raises(predict.ModelFolderError, match="cat__carrier: model cardinality 5, transform 6"):
+        predict.load_model(str(folder))
+
+
+def test_training_refuses_a_transform_whose_sha256_differs(trained, tmp_path, caplog):
+    root = tmp_path / "export"
+    shutil.copytree(trained["root"], root, ignore=shutil.ignore_patterns("model"))
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["transform"]["sha256"] = "0" * 64
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    actual = hashlib.sha256((root / "fit_transform" / "transform.json").read_bytes()).hexdigest()
+    code = train.main(
+        ["--manifest", str(root / "manifest.json"), "--output", str(tmp_path / "m"), "--epochs", "1"]
+    )
+    assert code == 2
+    assert f"transform.sha256 is {'0' * 64}, but " in caplog.text and f"has sha256 {actual}" in caplog.text
+    assert not (tmp_path / "m").exists()
+
+
+def test_training_without_a_transform_says_so_and_writes_none(trained, tmp_path, caplog):
+    root = tmp_path / "export"
+    shutil.copytree(trained["root"], root, ignore=shutil.ignore_patterns("model"))
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["transform"] = None
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    caplog.set_level("INFO", logger="lakeprep_train")
+    out = tmp_path / "m"
+    assert train.main(["--manifest", str(root / "manifest.json"), "--output", str(out), "--epochs", "1"]) == 0
+    assert "has no transform: model folder will not hold transform.json" in caplog.text
+    assert (out / "model.pt").exists() and not (out / "transform.json").exists()
