@@ -19,8 +19,6 @@ from datetime import timedelta
 import pendulum
 from airflow.sdk import DAG, Param, chain
 
-from lakeprep_contracts import knobs
-
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE
 from lakeprep_airflow.operators.drift import DriftCheckOperator
 from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
@@ -28,6 +26,7 @@ from lakeprep_airflow.operators.spark_stage import SparkStageOperator
 from lakeprep_airflow.sensors.partition import PartitionSensor
 from lakeprep_airflow.sensors.window import WindowSensor
 from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, DatasetSpec, expand
+from lakeprep_contracts import knobs
 
 TASKS = (
     "wait_for_partition",

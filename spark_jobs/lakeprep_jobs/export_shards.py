@@ -31,7 +31,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
-
 from lakeprep_jobs import common
 
 if TYPE_CHECKING:
@@ -245,13 +244,13 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
 
 
 def load_transform(spark: SparkSession, uri: str) -> tuple[dict[str, Any], str]:
-    """The fitted transform and the sha256 of its bytes, checked against the JSON Schema."""
+    """The fitted transform and its text, checked against the JSON Schema."""
     from lakeprep_contracts import documents
 
     text = common.read_text(spark, uri)
     doc = json.loads(text)
     documents.require("transform", doc, uri)
-    return doc, hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return doc, text
 
 
 def write_split(
@@ -324,7 +323,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
 
     from lakeprep_jobs.transform import apply_transform
 
-    transform, transform_sha = load_transform(spark, p.transform_uri)
+    transform, transform_text = load_transform(spark, p.transform_uri)
     rows, sources = read_window(spark, inputs)
     # Cached: checked for non-finite values, counted per split and class, then numbered
     # and written per split.
@@ -374,7 +373,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             "source_partitions": sources,
             "label": {"name": layout.LABEL, "classes": p.label_classes},
             "features": feature_schema(transform),
-            "transform": {"uri": p.transform_uri, "sha256": transform_sha},
+            # A copy beside the manifest: the export folder alone is enough to train and serve.
+            "transform": {
+                "uri": layout.TRANSFORM,
+                "sha256": hashlib.sha256(transform_text.encode("utf-8")).hexdigest(),
+            },
             "splits": splits,
             "class_weights": class_weights(splits["train"]["class_counts"]),
         }
@@ -389,8 +392,10 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             "rows_padded_for_balance": max(0, rows_out - rows_in),
             "shards": {s: len(v["shards"]) for s, v in splits.items()},
             "window": manifest["window"],
+            "transform": p.transform_uri,
         }
         check_manifest(manifest, layout.join(output, layout.MANIFEST))
+        common.write_text(spark, layout.join(staging, layout.TRANSFORM), transform_text)
         common.write_report(spark, staging, report)
         common.write_success(spark, staging)
         # Last: the manifest is the signal that the export is complete.

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
 from lakeprep_contracts.text import TOKENIZER
-
 from lakeprep_jobs import common
 from lakeprep_jobs.transform import pipeline_model
 

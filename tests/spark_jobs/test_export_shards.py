@@ -179,7 +179,11 @@ def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tm
     assert manifest["features"][1]["cardinality"] == len(transform_doc["categorical"][0]["vocabulary"]) + 2
     assert manifest["features"][2]["shape"] == [3]
     transform_bytes = (tmp_path / "fit_transform" / f"dt={DAY_3}" / "transform.json").read_bytes()
-    assert manifest["transform"]["sha256"] == hashlib.sha256(transform_bytes).hexdigest()
+    assert manifest["transform"] == {
+        "uri": "transform.json",
+        "sha256": hashlib.sha256(transform_bytes).hexdigest(),
+    }
+    assert (out_dir / "transform.json").read_bytes() == transform_bytes
 
     train = manifest["splits"]["train"]
     assert (train["rows_available"], train["rows"]) == (7, 6)

@@ -114,7 +114,7 @@ class WindowSensor(BaseSensorOperator):
 
     def _day_state(self, ti: Any, dag_id: str, day: str) -> tuple[bool, str | None]:
         """(a run exists for `day`, its sample task's state)."""
-        logical = dt.datetime.fromisoformat(day).replace(tzinfo=dt.timezone.utc)
+        logical = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
         states = ti.get_task_states(dag_id=dag_id, task_ids=[self.sample_task_id], logical_dates=[logical])
         if not states:
             return ti.get_dr_count(dag_id=dag_id, logical_dates=[logical]) > 0, None
