@@ -30,6 +30,9 @@ SPLIT = "split"
 RESERVED_COLUMNS = (ID, LABEL, SPLIT, "is_synthetic")
 PREFIXES = {"numeric": "num__", "categorical": "cat__", "text": "txt__"}
 SPLITS = ("train", "validation", "test")
+# The raw file a record came from (Spark's `_metadata.file_path`): in validate's
+# quarantine, and a name derived expressions may use (ids of text records).
+SOURCE_FILE = "_source_file"
 
 # The lake folders that are not stages.
 MODELS = "models"

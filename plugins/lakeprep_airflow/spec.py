@@ -412,8 +412,8 @@ def _check_expressions(spec: DatasetSpec) -> None:
         tree = parsed(field, expr)
         for kind, what in (
             (exp.Select, "a subquery"),
+            (exp.Window, "a window"),  # before aggregates: lag() is one in sqlglot's tree
             (exp.AggFunc, "an aggregate"),
-            (exp.Window, "a window"),
         ):
             if tree.find(kind) is not None:
                 raise SpecError(f"{where}: {field}: {expr!r} holds {what}; derived columns are per row")

