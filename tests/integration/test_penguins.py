@@ -1,0 +1,113 @@
+"""The second real dataset end to end: Palmer penguins, nothing shared with flights.
+
+Messy headers (`Culmen Length (mm)`), `NA` nulls, three classes and a free-text column,
+through two real Airflow runs (the second's window reads the first's day), then served
+from the model folder alone with `predict`, whose rejections must be validate's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import AIRFLOW_ENV, REPO, VENV_BIN
+from tests.data import penguins
+
+pytestmark = pytest.mark.integration
+DAYS = ("2007-11-16", "2007-11-27")  # 16 and 18 penguins
+
+
+@pytest.fixture(scope="module")
+def penguin_lake(airflow_db, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("penguin-lake")
+    penguins.land(f"file://{root}", DAYS)
+    env = {
+        **os.environ,
+        **AIRFLOW_ENV,
+        "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": f"file://{root}",
+        "LAKEPREP_PIPELINES_DIR": str(REPO / "tests" / "data" / "pipelines"),
+    }
+    for day in DAYS:
+        result = subprocess.run(
+            [str(VENV_BIN / "airflow"), "dags", "test", "lakeprep_penguins", day],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        out = result.stdout + result.stderr
+        assert result.returncode == 0 and "state=success" in out, out[-6000:]
+    return root
+
+
+def read(root: Path, stage: str, day: str, name: str) -> dict:
+    return json.loads((root / stage / "penguins" / f"dt={day}" / name).read_text())
+
+
+def test_messy_headers_and_na_tokens_validate(penguin_lake):
+    report = read(penguin_lake, "validate", DAYS[1], "_lakeprep_report.json")
+    assert report["rows_in"] == 18
+    assert report["rows_in"] == report["rows_out"] + report["rows_quarantined"]
+    stats = read(penguin_lake, "validate", DAYS[1], "_stats.json")
+    # "Culmen Length (mm)" arrived as culmen_length_mm, typed; "NA" counted as null.
+    assert stats["columns"]["culmen_length_mm"]["kind"] == "numeric"
+    assert 30 < stats["columns"]["culmen_length_mm"]["mean"] < 60
+    assert stats["columns"]["delta_15n"]["nulls"] >= 0
+
+
+def test_the_window_reads_both_days_and_fits_one_transform(penguin_lake):
+    manifest = read(penguin_lake, "export_shards", DAYS[1], "manifest.json")
+    assert manifest["window"]["complete"] == list(DAYS)
+    assert manifest["label"]["classes"] == [0, 1, 2]
+    transform = read(penguin_lake, "fit_transform", DAYS[1], "transform.json")
+    assert transform["fitted_on"]["partitions"] == [
+        f"file://{penguin_lake}/sample/penguins/dt={d}" for d in DAYS
+    ]
+    assert {e["name"] for e in transform["numeric"]} >= {"culmen_length_mm", "body_mass_g"}
+    assert {e["name"] for e in transform["categorical"]} == {"island", "clutch_completion", "sex"}
+    assert [e["name"] for e in transform["text"]] == ["comments"]
+    drift = read(penguin_lake, "check_drift", DAYS[1], "drift.json")
+    assert drift["reference_partitions"] == [f"file://{penguin_lake}/validate/penguins/dt={DAYS[0]}"]
+    assert drift["features"]["culmen_length_mm"]["metric"] == "psi"
+
+
+def test_the_model_folder_serves_raw_records_with_validates_reasons(penguin_lake, tmp_path):
+    model = penguin_lake / "models" / "penguins" / f"dt={DAYS[1]}"
+    assert (model / "transform.json").exists() and (model / "model.pt").exists()
+    raw = penguin_lake / "raw" / "penguins" / f"dt={DAYS[1]}" / "part-00000.csv"
+    out = tmp_path / "predictions.jsonl"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lakeprep_train.predict",
+            "--model",
+            str(model),
+            "--input",
+            str(raw),
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **AIRFLOW_ENV},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 18
+    validate = read(penguin_lake, "validate", DAYS[1], "_lakeprep_report.json")
+    rejected = [r for r in rows if r.get("reason")]
+    assert len(rejected) == validate["rows_quarantined"]
+    reasons = {}
+    for r in rejected:
+        kind = r["reason"].split(":", 1)[0]
+        reasons[kind] = reasons.get(kind, 0) + 1
+    assert reasons == validate["quarantine_reasons"]
+    accepted = [r for r in rows if not r.get("reason")]
+    assert accepted and all(r["prediction"] in (0, 1, 2) for r in accepted)
