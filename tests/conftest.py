@@ -54,6 +54,9 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # Schemeless paths stay local even after the HDFS tests exported their
+        # HADOOP_CONF_DIR (whose fs.defaultFS is the loopback NameNode).
+        .config("spark.hadoop.fs.defaultFS", "file:///")
         .config("spark.driver.memory", "1g")
         .getOrCreate()
     )

@@ -51,10 +51,10 @@ def test_prepare_submission_builds_argv_from_spec_and_overrides():
     params = json.loads(args[args.index("--params") + 1])
     assert params["seed"] == 11
     assert params["fraction"] == 0.25
-    assert params["class_fractions"] == {"0": 0.5}
+    assert params["class_fractions"] == {}  # flights balances in the export, train only
     assert op.application.endswith("spark_jobs/lakeprep_jobs/sample.py")
     assert op.conf["spark.sql.shuffle.partitions"] == "4"
-    assert op.conf["spark.sql.session.timeZone"] == "UTC"
+    assert op.conf["spark.sql.session.timeZone"] == "America/New_York"  # the spec's time_zone
 
 
 def test_window_stages_read_the_days_wait_for_window_decided():
@@ -73,6 +73,7 @@ def test_window_stages_read_the_days_wait_for_window_decided():
     params = json.loads(op.application_args[op.application_args.index("--params") + 1])
     assert params["window"]["failed"] == ["2013-01-01"]
     assert params["transform_uri"] == "hdfs://nn:8020/lake/fit_transform/flights/dt=2013-01-02/transform.json"
+    assert params["balance"]["strategy"] == "undersample" and params["balance"]["seed"] == 7
     fit = make_op(stage="fit_transform")
     fit_inputs, fit_output = fit.prepare_submission("r", window)
     assert fit_inputs == inputs and fit_output.endswith("/fit_transform/flights/dt=2013-01-02")

@@ -160,7 +160,7 @@ def test_validate_params_carry_names_null_tokens_zone_and_statistics_kinds():
         "comments": "text",
     }
     flights = stage_params(load_spec(FLIGHTS), "validate", lake_root="file:///l", ds="2013-01-01", run_id="r")
-    assert flights["time_zone"] == "UTC"
+    assert flights["time_zone"] == "America/New_York"
     assert "raw_name" not in flights["columns"][0]
 
 
