@@ -4,6 +4,7 @@
     transform  fit_transform -> serving        schemas/transform.schema.json (docs/TRANSFORM.md)
     stats      validate, preprocess -> drift   schemas/stats.schema.json
     drift      check_drift -> people, reports  schemas/drift.schema.json
+    sampling   export_shards -> people, reports schemas/sampling.schema.json (docs/MANIFEST.md)
 
 The writer checks what it writes and the reader checks what it reads, against the same
 file, so the two can only disagree about what a schema cannot say (the readers check
@@ -29,8 +30,14 @@ from typing import Any
 
 import jsonschema
 
-KINDS = ("manifest", "transform", "stats", "drift")
-_NOUNS = {"manifest": "manifest", "transform": "transform", "stats": "statistics", "drift": "drift report"}
+KINDS = ("manifest", "transform", "stats", "drift", "sampling")
+_NOUNS = {
+    "manifest": "manifest",
+    "transform": "transform",
+    "stats": "statistics",
+    "drift": "drift report",
+    "sampling": "sampling report",
+}
 
 
 class DocumentError(ValueError):

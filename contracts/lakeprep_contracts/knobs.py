@@ -79,7 +79,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "fraction",
             1.0,
             {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-            "share of each class kept",
+            "share of each class kept, exactly per stratum and split",
             FormField("sample_fraction", "Sample fraction", "Sampling"),
         ),
         Knob(
@@ -90,7 +90,38 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
                 "propertyNames": {"pattern": "^-?[0-9]+$"},
                 "additionalProperties": _FRACTION,
             },
-            "per-class shares, keys are class values as strings",
+            "per-class shares, keys are class values as strings; each stratum and split keeps "
+            "exactly `floor(share * n + 1/2)` of its n rows",
+        ),
+        Knob(
+            "class_counts",
+            {},
+            {
+                "type": "object",
+                "propertyNames": {"pattern": "^-?[0-9]+$"},
+                "additionalProperties": {"type": "integer", "minimum": 0},
+            },
+            "per-class rows kept per day, exactly (capped at the class's rows), shared among the "
+            "class's strata and splits by size; instead of a fraction for those classes",
+        ),
+        Knob(
+            "strata",
+            None,
+            {
+                "type": ["array", "null"],
+                "minItems": 1,
+                "uniqueItems": True,
+                "items": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"},
+            },
+            "columns whose values are the strata of the split and the sample: the label "
+            "and/or numeric or categorical features, e.g. `[delayed, origin]`; `null`: the label",
+        ),
+        Knob(
+            "stratify_splits",
+            False,
+            {"type": "boolean"},
+            "`true`: exact split shares per stratum (largest remainder, rows in id-hash order; "
+            "depends on the day's rows); `false`: a threshold on the id's hash (stable per id)",
         ),
         Knob(
             "seed",
@@ -108,7 +139,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
                 "required": ["train", "validation", "test"],
                 "properties": {k: _FRACTION for k in ("train", "validation", "test")},
             },
-            "train/validation/test shares, by a seed-independent hash of the id",
+            "train/validation/test shares, by a seed-independent hash of the id (see `stratify_splits`)",
         ),
     ),
     "window": (
@@ -168,8 +199,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "numeric_scaling",
             "standard",
             {"enum": _SCALINGS},
-            "default scaling of numerics: standard, minmax, robust or none (per column: "
-            "`transform.scaling`)",
+            "default scaling of numerics: standard, minmax, robust or none (per column: `transform.scaling`)",
         ),
         Knob(
             "numeric_impute",
@@ -233,6 +263,98 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             {"type": "integer", "minimum": 1, "maximum": 4096},
             "text becomes exactly this many ids (truncated or padded; both counted)",
         ),
+        Knob(
+            "min_variance",
+            1e-6,
+            {"type": ["number", "null"], "minimum": 0},
+            "`VarianceThresholdSelector` on the encoded train numerics: drop those whose sample "
+            "variance is <= this (a constant one always; after standard scaling every other has "
+            "variance 1); null = off",
+        ),
+        Knob(
+            "selector_mode",
+            None,
+            {"enum": [None, "numTopFeatures", "percentile", "fpr", "fdr", "fwe"]},
+            "`UnivariateFeatureSelector` mode over numerics (ANOVA F, or F-regression) and "
+            "categoricals (chi-squared), per feature type; null = off",
+        ),
+        Knob(
+            "selector_threshold",
+            None,
+            {"type": ["number", "null"], "minimum": 0},
+            "the mode's threshold: a count (numTopFeatures), a share (percentile), a p-value "
+            "level (fpr, fdr, fwe); null = Spark's default (50, 0.1, 0.05)",
+        ),
+        Knob(
+            "selector_label_type",
+            "categorical",
+            {"enum": ["categorical", "continuous"]},
+            "the label for the univariate tests: classes (ANOVA F, chi-squared) or a continuous "
+            "target (F-regression; categoricals are then not tested)",
+        ),
+        Knob(
+            "pca_components",
+            None,
+            {"type": ["integer", "null"], "minimum": 1, "maximum": 65535},
+            "PCA of the kept numerics to this many components `num__pc1..k`, which replace them; null = off",
+        ),
+        Knob(
+            "pca_variance",
+            None,
+            {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
+            "PCA to the fewest components explaining this share of the train variance "
+            "(exclusive with `pca_components`); null = off",
+        ),
+    ),
+    "balance": (
+        Knob(
+            "strategy",
+            "none",
+            {"enum": ["none", "undersample", "oversample", "reweight"]},
+            "train split only, after the transform: `undersample` the larger classes or "
+            "`oversample` the smaller ones (exact counts, rows chosen by a hash of id and seed), "
+            "or `reweight` the loss (the manifest's `class_weights`; 1.0 otherwise)",
+        ),
+        Knob(
+            "target_ratio",
+            1.0,
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+            "smallest / largest class after balancing (whole rows: at least this ratio)",
+        ),
+        Knob("seed", 0, _SEED, "hash seed of the rows balancing and augmentation choose"),
+        Knob(
+            "augment",
+            "none",
+            {"enum": ["none", "smote", "jitter", "text"]},
+            "synthetic train rows (`is_synthetic`): `smote` interpolates towards a same-class "
+            "neighbour, `jitter` adds Gaussian noise to numerics, `text` drops tokens",
+        ),
+        Knob(
+            "synthetic_per_row",
+            1,
+            {"type": "integer", "minimum": 1, "maximum": 100},
+            "synthetic rows made from each train row (at most; smote makes none for a row "
+            "alone in its candidate group)",
+        ),
+        Knob(
+            "jitter_sigma",
+            0.1,
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
+            "standard deviation of the `jitter` noise, in the fitted (scaled) numeric units",
+        ),
+        Knob(
+            "token_dropout",
+            0.1,
+            {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+            "probability that `text` augmentation drops each token",
+        ),
+        Knob(
+            "smote_candidates",
+            16,
+            {"type": "integer", "minimum": 2, "maximum": 1024},
+            "rows of a class are hashed into groups of at most this many; `smote` neighbours "
+            "come from the row's group, so the cost is linear in the rows",
+        ),
     ),
     "export_shards": (
         Knob(
@@ -279,7 +401,15 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
 }
 
 # The groups that are stages (spec `stages.<name>`); the others are top-level sections.
-STAGE_GROUPS = ("validate", "preprocess", "sample", "check_drift", "fit_transform", "export_shards")
+STAGE_GROUPS = (
+    "validate",
+    "preprocess",
+    "sample",
+    "check_drift",
+    "fit_transform",
+    "balance",  # applied by export_shards, to the train split only
+    "export_shards",
+)
 TOP_LEVEL_GROUPS = ("window", "training")
 
 # Per-column transform overrides (`columns[].transform`): key -> (knob it overrides, roles).

@@ -22,12 +22,14 @@ TRANSFORM = "transform.json"
 SPARK_MODEL_DIR = "spark_model"
 MANIFEST = "manifest.json"
 DRIFT = "drift.json"
+SAMPLING = "sampling.json"  # export_shards: class counts through sampling, balancing, augmentation
 
 # Columns every stage after validate carries, and the prefixes of the encoded features.
 ID = "id"
 LABEL = "label"
 SPLIT = "split"
-RESERVED_COLUMNS = (ID, LABEL, SPLIT, "is_synthetic")
+SYNTHETIC = "is_synthetic"  # true on rows made by augmentation (train split only)
+RESERVED_COLUMNS = (ID, LABEL, SPLIT, SYNTHETIC)
 PREFIXES = {"numeric": "num__", "categorical": "cat__", "text": "txt__"}
 SPLITS = ("train", "validation", "test")
 # The raw file a record came from (Spark's `_metadata.file_path`): in validate's

@@ -23,9 +23,7 @@ def _sources(root: Path, package: str, hint: str) -> list[tuple[Path, str]]:
     pkg = root / package
     if not (pkg / "__init__.py").is_file():
         raise FileNotFoundError(f"package {package} not found at {pkg} (set {hint})")
-    files = sorted(
-        p for p in pkg.rglob("*") if p.suffix in (".py", ".json") and "__pycache__" not in p.parts
-    )
+    files = sorted(p for p in pkg.rglob("*") if p.suffix in (".py", ".json") and "__pycache__" not in p.parts)
     return [(f, str(f.relative_to(root))) for f in files]
 
 

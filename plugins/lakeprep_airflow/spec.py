@@ -145,6 +145,7 @@ SPEC_SCHEMA: dict[str, Any] = {
     },
 }
 
+
 class SpecError(ValueError):
     """A dataset spec is invalid; the message names the file and the field."""
 
@@ -295,12 +296,71 @@ def _check_semantics(spec: DatasetSpec) -> None:
             f"{where}: stages.sample.class_fractions names classes {sorted(extra)} "
             f"not in label.classes {sorted(known)}"
         )
+    _check_sample_strata(spec, known)
+    fit = spec.stages["fit_transform"]
+    if fit["pca_components"] is not None and fit["pca_variance"] is not None:
+        raise SpecError(
+            f"{where}: stages.fit_transform: pca_components {fit['pca_components']} and pca_variance "
+            f"{fit['pca_variance']} are exclusive; set a number of components or a share of variance"
+        )
+    threshold = fit["selector_threshold"]
+    if fit["selector_mode"] is not None and threshold is not None:
+        mode = fit["selector_mode"]
+        whole = mode == "numTopFeatures"
+        if (whole and (threshold < 1 or threshold != int(threshold))) or (not whole and threshold > 1):
+            wanted = "a whole number >= 1" if whole else "in [0, 1]"
+            raise SpecError(
+                f"{where}: stages.fit_transform.selector_threshold {threshold} must be {wanted} for {mode}"
+            )
     start = spec.data.get("start_date")
     if spec.data.get("schedule") and not start:
         raise SpecError(f"{where}: a scheduled dataset needs start_date (YYYY-MM-DD)")
     _check_source(spec)
     _check_time_zone(spec)
     _check_expressions(spec)
+
+
+def _check_sample_strata(spec: DatasetSpec, known: set[str]) -> None:
+    """`stages.sample`: class_counts name known classes (not also in class_fractions), and
+    strata name the label (`label` or its column) or numeric/categorical features."""
+    where = spec.path
+    sample = spec.stages["sample"]
+    extra = set(sample["class_counts"]) - known
+    if extra:
+        raise SpecError(
+            f"{where}: stages.sample.class_counts names classes {sorted(extra)} "
+            f"not in label.classes {sorted(known)}"
+        )
+    both = sorted(set(sample["class_counts"]) & set(sample["class_fractions"]))
+    if both:
+        raise SpecError(
+            f"{where}: stages.sample: classes {both} are in both class_fractions and class_counts"
+        )
+    strata = sample["strata"]
+    if strata is None:
+        return
+    label = spec.data["label"]["column"]
+    features = [*spec.columns_with_role("numeric"), *spec.columns_with_role("categorical")]
+    bad = [c for c in strata if c not in {layout.LABEL, label, *features}]
+    if bad:
+        raise SpecError(
+            f"{where}: stages.sample.strata names {bad}: strata are the label ({label!r} or "
+            f"{layout.LABEL!r}) or numeric/categorical features {features}"
+        )
+    if {layout.LABEL, label} <= set(strata):
+        raise SpecError(f"{where}: stages.sample.strata names the label twice ({layout.LABEL!r}, {label!r})")
+    if (sample["class_counts"] or sample["class_fractions"]) and not {layout.LABEL, label} & set(strata):
+        raise SpecError(
+            f"{where}: stages.sample.strata {strata} leave out the label ({label!r}), but "
+            "class_fractions/class_counts are per class"
+        )
+
+
+def _sample_strata(spec: DatasetSpec) -> list[str] | None:
+    """The sample's strata as columns of the prepared rows (the label column is `label`)."""
+    strata = spec.stages["sample"]["strata"]
+    label = spec.data["label"]["column"]
+    return None if strata is None else [layout.LABEL if c == label else c for c in strata]
 
 
 # validate decides how bad records are kept (PERMISSIVE, its corrupt-record column);
@@ -624,7 +684,11 @@ def stage_params(
     if stage == "preprocess":
         return _preprocess_params(spec, lake_root, ds)
     if stage == "sample":
-        return {**spec.stages["sample"], "label_classes": spec.data["label"]["classes"]}
+        return {
+            **spec.stages["sample"],
+            "label_classes": spec.data["label"]["classes"],
+            "strata": _sample_strata(spec),
+        }
     if stage == "fit_transform":
         return {
             **spec.stages["fit_transform"],
@@ -642,6 +706,7 @@ def stage_params(
             "config_hash": config_hash(spec),
             "world_size": spec.training["world_size"],
             "window": window or {},
+            "balance": spec.stages["balance"],  # the train split only, inside the export
             "transform_uri": layout.join(
                 lake_uri(lake_root, "fit_transform", spec.name, ds), layout.TRANSFORM
             ),

@@ -5,11 +5,13 @@
 
 Reads each stage's `_lakeprep_report.json`, `check_drift`'s `drift.json`, the export's
 `manifest.json` and the trainer's `metrics.json`; prints rows through each stage (with
-the quarantine), class balance before and after sampling, drift per feature against the
-trailing window, the fitted transform (where it is, what it fitted on, what it left
-out), the window's days, the shards written, the trainer's metric against the
-majority-class baseline, and where the manifest and model are. Also writes the same
-summary as `summary.json` and `summary.md` under `<lake>/reports/<dataset>/dt=<date>/`.
+the quarantine), class balance before and after sampling, the window's class balance per
+split through sampling, train-only balancing and augmentation (the export's
+`sampling.json`), drift per feature against the trailing window, the fitted transform
+(where it is, what it fitted on, what it left out), the window's days, the shards written,
+the trainer's metrics against the training split's majority-class baseline, and where
+the manifest and model are. Also writes the same summary as `summary.json` and
+`summary.md` under `<lake>/reports/<dataset>/dt=<date>/`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def collect(
     metrics = _read_json(fs, path_of(layout.MODELS, "metrics.json"))
     telemetry = _read_json(fs, path_of(layout.MODELS, "telemetry.json"))
     drift = _read_json(fs, path_of("check_drift", layout.DRIFT))
+    sampling = _read_json(fs, path_of("export_shards", layout.SAMPLING))
     fit = reports["fit_transform"] or {}
     return {
         "dataset": dataset,
@@ -57,6 +60,7 @@ def collect(
         },
         "class_counts_before_sampling": (reports["sample"] or {}).get("class_counts_before"),
         "class_counts_after_sampling": (reports["sample"] or {}).get("class_counts_after"),
+        "class_balance": _balance_view(sampling),
         "drift": _drift_view(drift),
         "transform": (
             {
@@ -85,6 +89,25 @@ def collect(
     }
 
 
+def _balance_view(sampling: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Class counts per split after each step of the export (sampling.json), for the summary."""
+    if not sampling:
+        return None
+    steps = {s["step"]: s for s in sampling["steps"]}
+    return {
+        "before_sampling": steps["before_sampling"]["class_counts"],
+        "splits": {
+            split: {name: steps[name]["splits"][split] for name in ("sample", "balance", "augment")}
+            for split in layout.SPLITS
+        },
+        "strategy": sampling["balance"]["strategy"],
+        "target_ratio": sampling["balance"]["target_ratio"],
+        "augment": sampling["balance"]["augment"],
+        "synthetic": sum(sampling["synthetic"]["train"].values()),
+        "class_weights": sampling["class_weights"],
+    }
+
+
 def _drift_view(drift: dict[str, Any] | None) -> dict[str, Any] | None:
     if not drift:
         return None
@@ -105,9 +128,13 @@ def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | N
     base = metrics.get("baseline") or val.get("baseline") or {}
     return {
         "validation_accuracy": val.get("accuracy"),
+        "validation_balanced_accuracy": val.get("balanced_accuracy"),
         "validation_auc": val.get("auc"),
         "baseline_accuracy": base.get("accuracy"),
+        "baseline_balanced_accuracy": base.get("balanced_accuracy"),
+        "baseline_auc": base.get("auc"),
         "baseline_class": base.get("majority_class"),
+        "baseline_source": base.get("source"),
         "bottleneck": (telemetry or {}).get("classification"),
     }
 
@@ -137,6 +164,21 @@ def render(day: dict[str, Any]) -> str:
             f"class balance: before sampling {day['class_counts_before_sampling']}, "
             f"after {day['class_counts_after_sampling']}"
         )
+    b = day.get("class_balance")
+    if b:
+        lines.append(
+            f"class balance of the window (sampling.json): before sampling {b['before_sampling']}; "
+            f"train only: {b['strategy']} (target ratio {b['target_ratio']}), augment {b['augment']} "
+            f"({b['synthetic']} synthetic rows), class weights {b['class_weights']}"
+        )
+        for split, steps in b["splits"].items():
+            if split == "train":
+                lines.append(
+                    f"  train: sampled {steps['sample']} -> balanced {steps['balance']} "
+                    f"-> augmented {steps['augment']}"
+                )
+            else:
+                lines.append(f"  {split}: {steps['augment']} (as sampled: never balanced or augmented)")
     d = day["drift"]
     if d:
         lines.append(f"drift against {d['reference_days']} earlier day(s): {d['status']}")
@@ -169,9 +211,13 @@ def render(day: dict[str, Any]) -> str:
         lines.append(f"shards over {day['source_partitions']} day(s): " + "; ".join(parts))
     t = day["training"]
     if t:
+        source = "the training majority" if t.get("baseline_source") == "train" else "the split's majority"
         lines.append(
-            f"trainer: validation accuracy {_fmt(t['validation_accuracy'])}, AUC {_fmt(t['validation_auc'])} "
-            f"vs majority-class baseline {_fmt(t['baseline_accuracy'])} (class {t['baseline_class']})"
+            f"trainer: validation accuracy {_fmt(t['validation_accuracy'])}, balanced accuracy "
+            f"{_fmt(t.get('validation_balanced_accuracy'))}, AUC {_fmt(t['validation_auc'])} "
+            f"vs majority-class baseline {_fmt(t['baseline_accuracy'])} (always class {t['baseline_class']}, "
+            f"{source}; balanced accuracy {_fmt(t.get('baseline_balanced_accuracy'))}, "
+            f"AUC {_fmt(t.get('baseline_auc'))})"
             + (f"; bottleneck: {t['bottleneck']}" if t["bottleneck"] else "")
         )
     lines += [f"manifest: {day['manifest']}", f"model: {day['model']}", f"report: {day['report']}", ""]

@@ -10,7 +10,11 @@ decided (its decision, naming failed and missing days, goes into the manifest's
 `fit_transform/.../transform.json`, applied unchanged to train, validation and test
 (`lakeprep_jobs.transform`); its sha256 is recorded in the manifest. No NaN or infinity
 reaches a shard: every numeric output is checked and the export fails naming the
-column. See docs/MANIFEST.md for the format and the guarantees:
+column. The train split alone is then balanced and augmented (`lakeprep_jobs.balance`,
+the spec's `stages.balance`); validation and test are exported as sampled, and the
+export fails if a synthetic row would reach them. `sampling.json` beside the manifest
+records the class counts per split through sampling, balancing and augmentation. See
+docs/MANIFEST.md for the format and the guarantees:
 
 - Rows of a split are numbered in a fixed order (hash of id, then id), so the numbering
   does not depend on partitioning. Row `i` goes to rank `i % world_size`, which gives
@@ -31,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
-from lakeprep_jobs import common
+from lakeprep_jobs import balance, common
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,8 +63,14 @@ class ExportParams:
     remainder: str
     window: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     row_group_mb: float = 8
+    balance: balance.BalanceParams = dataclasses.field(default_factory=balance.BalanceParams)
 
     def __post_init__(self) -> None:
+        if isinstance(self.balance, dict):  # from --params JSON: `stages.balance`
+            try:
+                object.__setattr__(self, "balance", balance.BalanceParams(**self.balance))
+            except TypeError as err:
+                raise TypeError(f"balance: {err}") from err
         if self.world_size < 1:
             raise ValueError(f"world_size {self.world_size!r} must be >= 1")
         if self.batch_size < 1:
@@ -155,7 +165,7 @@ def assign_shards(numbered: DataFrame, plan: SplitPlan, p: ExportParams) -> Data
 
 
 def shard_columns(df: DataFrame) -> list[Any]:
-    """The shard schema of docs/MANIFEST.md: float32 numerics, int32 ids."""
+    """The shard schema of docs/MANIFEST.md: float32 numerics, int32 ids, `is_synthetic`."""
     from pyspark.sql import functions as F
 
     casts = {"numeric": "float", "categorical": "int", "text": "array<int>"}
@@ -164,6 +174,8 @@ def shard_columns(df: DataFrame) -> list[Any]:
         role = layout.role_of(c)
         if role:
             cols.append(F.col(c).cast(casts[role]).alias(c))
+    synthetic = F.col(layout.SYNTHETIC).cast("boolean") if layout.SYNTHETIC in df.columns else F.lit(False)
+    cols.append(F.coalesce(synthetic, F.lit(False)).alias(layout.SYNTHETIC))
     return cols
 
 
@@ -307,20 +319,114 @@ def write_split(
     return entries
 
 
-def class_weights(counts: dict[str, int]) -> dict[str, float]:
-    """Balanced weights n / (classes present * n_c), as scikit-learn's `class_weight='balanced'`.
+def split_frames(
+    window: DataFrame, natural: dict[str, dict[str, int]], transform: dict[str, Any], p: ExportParams
+) -> dict[str, DataFrame]:
+    """Pure: the rows to shard per split, each with `is_synthetic`.
 
-    A class with no training rows contributes nothing to the loss; it gets weight 1.0 so
-    every class of `label.classes` has a positive weight (docs/MANIFEST.md).
+    Train is balanced and augmented (`balance.balance_train`, persisted: it is counted,
+    then numbered and written); validation and test are the window's rows unchanged.
     """
-    total = sum(counts.values())
-    present = {c: n for c, n in counts.items() if n}
-    return {c: round(total / (len(present) * n), 6) if n else 1.0 for c, n in counts.items()}
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    in_split = {s: window.filter(F.col(layout.SPLIT) == s) for s in SPLITS}
+    train = balance.balance_train(in_split["train"], natural["train"], transform, p.balance)
+    frames = {"train": train.persist(StorageLevel.MEMORY_AND_DISK)}
+    for s in SPLITS[1:]:
+        rows = in_split[s]
+        if layout.SYNTHETIC not in rows.columns:
+            rows = rows.withColumn(layout.SYNTHETIC, F.lit(False))
+        frames[s] = rows
+    return frames
+
+
+def check_honest_evaluation(frames: dict[str, DataFrame], where: str) -> None:
+    """Fail if a synthetic row would reach a split other than train (one count per split)."""
+    from pyspark.sql import functions as F
+
+    synthetic = F.coalesce(F.col(layout.SYNTHETIC), F.lit(False))
+    leaked = {s: df.filter(synthetic).count() for s, df in frames.items() if s != "train"}
+    leaked = {s: n for s, n in leaked.items() if n}
+    if leaked:
+        raise RuntimeError(
+            f"export {where}: synthetic rows in {leaked}; augmentation is for the train split only, "
+            "validation and test must keep the sampled rows"
+        )
+
+
+def read_counts_before_sampling(
+    spark: SparkSession, inputs: list[str], classes: list[int]
+) -> tuple[dict[str, int] | None, int]:
+    """The sample reports' `class_counts_before`, summed over the window's days.
+
+    Returns the sums and how many days' reports held them (None when none did).
+    """
+    totals = {str(c): 0 for c in classes}
+    reported = 0
+    for uri in inputs:
+        before = common.read_report(spark, uri).get("class_counts_before")
+        if before is None:
+            continue
+        reported += 1
+        for c, n in before.items():
+            totals[str(c)] = totals.get(str(c), 0) + int(n)
+    return (totals if reported else None), reported
+
+
+def sampling_report(
+    p: ExportParams,
+    *,
+    before: tuple[dict[str, int] | None, int],
+    days: int,
+    natural: dict[str, dict[str, int]],
+    real: dict[str, dict[str, int]],
+    final: dict[str, dict[str, int]],
+    weights: dict[str, float],
+) -> dict[str, Any]:
+    """`sampling.json` (schemas/sampling.schema.json): class counts per split, step by step."""
+
+    classes = [str(c) for c in p.label_classes]
+
+    def step(name: str, splits: dict[str, dict[str, int]], **extra: Any) -> dict[str, Any]:
+        totals = {c: sum(v[c] for v in splits.values()) for c in classes}
+        return {"step": name, "class_counts": totals, "splits": splits, **extra}
+
+    synthetic = {s: {c: final[s][c] - real[s][c] for c in final[s]} for s in SPLITS}
+    n = p.balance.synthetic_per_row
+    without = 0
+    if p.balance.augment == "smote":  # each balanced row with a neighbour makes exactly n
+        without = sum(real["train"].values()) - sum(synthetic["train"].values()) // n
+    counts_before, reported = before
+    # The sample stage counts classes before it samples, not splits (it splits after).
+    first = {
+        "step": "before_sampling",
+        "class_counts": counts_before,
+        "splits": None,
+        "days_reported": reported,
+    }
+    return {
+        "format_version": 1,
+        "dataset": p.dataset,
+        "logical_date": p.logical_date,
+        "run_id": p.run_id,
+        "label": {"name": layout.LABEL, "classes": p.label_classes},
+        "days": days,
+        "balance": dataclasses.asdict(p.balance),
+        "steps": [
+            first,
+            step("sample", natural),
+            step("balance", real, strategy=p.balance.strategy),
+            step("augment", final, method=p.balance.augment),
+        ],
+        "synthetic": synthetic,
+        "rows_without_neighbour": without,
+        "class_weights": weights,
+    }
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
+    from lakeprep_contracts import documents
     from lakeprep_jobs.transform import apply_transform
 
     transform, transform_text = load_transform(spark, p.transform_uri)
@@ -335,11 +441,24 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     }
     rows_in = sum(counts.values())
     total_bytes = sum(s["bytes"] for s in sources)
+    classes = [str(c) for c in p.label_classes]
+    natural = {s: {c: counts.get((s, c), 0) for c in classes} for s in SPLITS}
+    frames = split_frames(window, natural, transform, p)
+    if p.balance.augment != "none":
+        balance.check_synthetic_ids(frames["train"], window)
+    check_honest_evaluation(frames, output)
+    train_counts = {
+        (str(r[layout.LABEL]), bool(r[layout.SYNTHETIC])): int(r["count"])
+        for r in frames["train"].groupBy(layout.LABEL, layout.SYNTHETIC).count().collect()
+    }
+    real = {**natural, "train": {c: train_counts.get((c, False), 0) for c in classes}}
+    final = {**natural, "train": {c: real["train"][c] + train_counts.get((c, True), 0) for c in classes}}
+    weights = balance.class_weights(final["train"], p.balance)
 
     splits: dict[str, Any] = {}
     with common.PartitionCommit(spark, output) as staging:
         for split in SPLITS:
-            available = sum(n for (s, _), n in counts.items() if s == split)
+            available = sum(final[split].values())
             plan = plan_split(available, total_bytes * available / rows_in if rows_in else 0, p)
             if split in ("train", "validation") and plan.rows_per_rank == 0:
                 raise ValueError(
@@ -347,11 +466,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
                     f"world_size {p.world_size}; every rank needs at least one row "
                     f"(widen window.days or the sample fractions)"
                 )
-            shards = write_split(spark, window.filter(F.col(layout.SPLIT) == split), split, plan, staging, p)
+            shards = write_split(spark, frames[split], split, plan, staging, p)
             splits[split] = {
                 "rows": plan.rows,
                 "rows_available": available,
-                "class_counts": {str(c): counts.get((split, str(c)), 0) for c in p.label_classes},
+                "class_counts": final[split],
                 "plan": {
                     "world_size": p.world_size,
                     "batch_size": p.batch_size,
@@ -362,6 +481,18 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
                 },
                 "shards": shards,
             }
+        # The train split as sampled, before balancing and augmentation: the trainer's
+        # majority-class baseline comes from it (docs/MANIFEST.md).
+        splits["train"]["class_counts_natural"] = natural["train"]
+        sampling = sampling_report(
+            p,
+            before=read_counts_before_sampling(spark, inputs, p.label_classes),
+            days=len(inputs),
+            natural=natural,
+            real=real,
+            final=final,
+            weights=weights,
+        )
         manifest = {
             "format_version": FORMAT_VERSION,
             "dataset": p.dataset,
@@ -379,29 +510,48 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
                 "sha256": hashlib.sha256(transform_text.encode("utf-8")).hexdigest(),
             },
             "splits": splits,
-            "class_weights": class_weights(splits["train"]["class_counts"]),
+            "class_weights": weights,
+            "balance": {
+                "strategy": p.balance.strategy,
+                "target_ratio": p.balance.target_ratio,
+                "augment": p.balance.augment,
+                "synthetic_rows": sum(sampling["synthetic"]["train"].values()),
+                "report": layout.SAMPLING,
+            },
         }
         rows_out = sum(s["rows"] for s in splits.values())
+        rows_available = sum(s["rows_available"] for s in splits.values())
+        removed = {c: natural["train"][c] - real["train"][c] for c in classes}
         report = {
             "stage": "export_shards",
             "inputs": [s["uri"] for s in sources],
             "rows_in": rows_in,
             "rows_out": rows_out,
             "rows_quarantined": 0,
-            "rows_dropped_for_balance": max(0, rows_in - rows_out),
-            "rows_padded_for_balance": max(0, rows_out - rows_in),
+            # rows_in - undersampled + oversampled + synthetic = rows available to shard.
+            "rows_undersampled": sum(max(0, n) for n in removed.values()),
+            "rows_oversampled": sum(max(0, -n) for n in removed.values()),
+            "rows_synthetic": manifest["balance"]["synthetic_rows"],
+            # Ranks get equal rows: the remainder dropped or padded.
+            "rows_dropped_for_balance": max(0, rows_available - rows_out),
+            "rows_padded_for_balance": max(0, rows_out - rows_available),
             "shards": {s: len(v["shards"]) for s, v in splits.items()},
             "window": manifest["window"],
             "transform": p.transform_uri,
         }
         check_manifest(manifest, layout.join(output, layout.MANIFEST))
+        documents.require("sampling", sampling, layout.join(output, layout.SAMPLING))
         common.write_text(spark, layout.join(staging, layout.TRANSFORM), transform_text)
+        common.write_text(
+            spark, layout.join(staging, layout.SAMPLING), json.dumps(sampling, indent=2, sort_keys=True)
+        )
         common.write_report(spark, staging, report)
         common.write_success(spark, staging)
         # Last: the manifest is the signal that the export is complete.
         common.write_text(
             spark, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
         )
+    frames["train"].unpersist()
     window.unpersist()
     return report
 

@@ -16,6 +16,12 @@ grouped count for all vocabularies together (categorical values and text tokens 
 driver). Vocabulary order is count descending, then value: ties never depend on
 partitioning. Spark ML's StringIndexer/CountVectorizer are not used because neither
 has both a frequency cutoff and a size cap with a defined tie order.
+
+Then selection and PCA (docs/TRANSFORM.md, "Selection and PCA"), on the train rows
+encoded by the document's own SQL, cached once: a `Summarizer` pass (mean, variance,
+non-zeros), `VarianceThresholdSelector`, per feature type the selector's test (for the
+scores) and `UnivariateFeatureSelector` (for the decision), and `PCA`. Each is skipped
+when its knob is off; with the defaults only the variance threshold runs.
 """
 
 from __future__ import annotations
@@ -38,6 +44,18 @@ FORMAT_VERSION = 1
 HASH = {"function": "xxhash64", "seed": 42, "input": "utf-8"}
 # percentile_approx accuracy: relative rank error 1/accuracy (Spark's default is 10000).
 QUANTILE_ACCURACY = 10000
+SELECTOR_MODES = ("numTopFeatures", "percentile", "fpr", "fdr", "fwe")
+LABEL_TYPES = ("categorical", "continuous")
+# What UnivariateFeatureSelector.fit uses when selectionThreshold is not set.
+SELECTOR_DEFAULT_THRESHOLDS = {"numTopFeatures": 50, "percentile": 0.1, "fpr": 0.05, "fdr": 0.05, "fwe": 0.05}
+# PCA's covariance is RowMatrix.computeCovariance: a dense n x n matrix on the driver, refused
+# above 65535 columns (checkNumColumns), with a memory warning above 10000.
+PCA_MAX_COLUMNS = 65535
+PCA_WARN_COLUMNS = 10000
+# ml.stat.ChiSquareTest.maxCategories: the test fails on a feature with more distinct values.
+CHI_SQUARED_MAX_CATEGORIES = 10000
+# A PCA input with at least this share of zeros is sparse; centring makes it dense.
+SPARSE_ZERO_SHARE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +82,13 @@ class FitParams:
     text_min_frequency: int
     text_vocab_size: int
     text_max_tokens: int
+    # Window-wide selection and projection (docs/TRANSFORM.md, "Selection and PCA").
+    min_variance: float | None = 1e-6
+    selector_mode: str | None = None
+    selector_threshold: float | None = None
+    selector_label_type: str = "categorical"
+    pca_components: int | None = None
+    pca_variance: float | None = None
 
     def __post_init__(self) -> None:
         for col in self.numeric:
@@ -73,6 +98,59 @@ class FitParams:
                     f"numeric {col['name']!r}: clip_quantiles {q!r} must be [low, high] "
                     "with 0 <= low < high <= 1"
                 )
+        if self.min_variance is not None and not self.min_variance >= 0:
+            raise ValueError(f"min_variance {self.min_variance!r} must be >= 0 (or null: off)")
+        if self.selector_mode is not None and self.selector_mode not in SELECTOR_MODES:
+            raise ValueError(
+                f"selector_mode {self.selector_mode!r} must be one of {list(SELECTOR_MODES)} or null"
+            )
+        if self.selector_mode is not None and self.selector_threshold is not None:
+            check_selector_threshold(self.selector_mode, self.selector_threshold)
+        if self.selector_label_type not in LABEL_TYPES:
+            raise ValueError(
+                f"selector_label_type {self.selector_label_type!r} must be one of {list(LABEL_TYPES)}"
+            )
+        if self.pca_components is not None and self.pca_variance is not None:
+            raise ValueError(
+                f"pca_components {self.pca_components!r} and pca_variance {self.pca_variance!r} are "
+                "exclusive: set a number of components or a share of explained variance"
+            )
+        if self.pca_variance is not None and not 0 < self.pca_variance <= 1:
+            raise ValueError(f"pca_variance {self.pca_variance!r} must be in (0, 1]")
+        if self.pca_components is not None:
+            names = [c["name"] for c in self.numeric]
+            if self.pca_components < 1 or self.pca_components > len(names):
+                raise ValueError(
+                    f"pca_components {self.pca_components!r} must be in [1, {len(names)}]: "
+                    f"there are {len(names)} numeric features {names}"
+                )
+        # Refused before Spark starts when no selector can bring the count under the limit.
+        if self.pca and self.selector_mode is None:
+            check_pca_size(len(self.numeric))
+
+    @property
+    def pca(self) -> bool:
+        return self.pca_components is not None or self.pca_variance is not None
+
+
+def check_selector_threshold(mode: str, threshold: float) -> None:
+    """UnivariateFeatureSelector's own rule, checked before any data is read."""
+    if mode == "numTopFeatures":
+        if not (threshold >= 1 and float(threshold).is_integer()):
+            raise ValueError(
+                f"selector_threshold {threshold!r} must be a whole number >= 1 for numTopFeatures"
+            )
+    elif not 0 <= threshold <= 1:
+        raise ValueError(f"selector_threshold {threshold!r} must be in [0, 1] for {mode}")
+
+
+def check_pca_size(columns: int) -> None:
+    if columns > PCA_MAX_COLUMNS:
+        raise ValueError(
+            f"PCA over {columns} numerics: Spark's PCA builds a dense {columns} x {columns} covariance "
+            f"(RowMatrix) and refuses more than {PCA_MAX_COLUMNS} columns; select fewer numerics "
+            "first (selector_mode) or turn PCA off"
+        )
 
 
 class FitError(ValueError):
@@ -277,12 +355,394 @@ def text_entries(cols: list[dict[str, Any]], vocabs: dict) -> list[dict[str, Any
     return out
 
 
+# ------------------------------------------------------------------ selection and PCA
+
+TEST_NAMES = {
+    "variance": "variance",
+    "chi_squared": "chi-squared",
+    "anova_f": "ANOVA F",
+    "f_regression": "F-regression",
+}
+# (feature type, label type) -> the test UnivariateFeatureSelector runs, and its Scala object.
+UNIVARIATE_TESTS = {
+    ("continuous", "categorical"): ("anova_f", "ANOVATest"),
+    ("continuous", "continuous"): ("f_regression", "FValueTest"),
+    ("categorical", "categorical"): ("chi_squared", "ChiSquareTest"),
+}
+
+
+@dataclasses.dataclass
+class Selected:
+    """What selection and PCA leave of the fitted features, and what they record."""
+
+    numeric: list[dict[str, Any]]
+    categorical: list[dict[str, Any]]
+    dropped: list[dict[str, str]]
+    selection: dict[str, Any] | None
+    pca: dict[str, Any] | None
+    warnings: list[str]
+
+
+def _number(value: Any) -> float | None:
+    """A test result as JSON: NaN (a test undefined for a constant feature) is null."""
+    return float(value) if value is not None and math.isfinite(float(value)) else None
+
+
+def _score(entry: dict, test: str | None, statistic: Any, p_value: Any, dof: Any, kept: bool, reason) -> dict:
+    return {
+        "name": entry["name"],
+        "output": entry["output"],
+        "test": test,
+        "statistic": _number(statistic),
+        "p_value": _number(p_value),
+        "degrees_of_freedom": None if dof is None else int(dof),
+        "kept": kept,
+        "reason": reason,
+    }
+
+
+def _warn(warnings: list[str], message: str) -> None:
+    common.log.warning("fit_transform: %s", message)
+    warnings.append(message)
+
+
+def encoded_train(train: DataFrame, numeric: list[dict], categorical: list[dict]) -> DataFrame:
+    """The train rows as the fitted transform encodes them: what selection and PCA see.
+
+    The very SQL `export_shards` applies (`lakeprep_jobs.transform`), so a score is the
+    score of the feature the model gets. Columns are positional (`n0..`, `c0..`, label as
+    double): any spec column name is then safe for `VectorAssembler`.
+    """
+    from lakeprep_jobs.transform import categorical_expr, numeric_expr, quoted
+
+    exprs = [f"CAST({quoted(layout.LABEL)} AS DOUBLE) AS label"]
+    exprs += [f"{numeric_expr(e)} AS n{i}" for i, e in enumerate(numeric)]
+    exprs += [f"CAST({categorical_expr(e)} AS DOUBLE) AS c{i}" for i, e in enumerate(categorical)]
+    return train.selectExpr(*exprs)
+
+
+def _assembled(df: DataFrame, columns: list[str], out: str = "features") -> DataFrame:
+    from pyspark.ml.feature import VectorAssembler
+
+    return VectorAssembler(inputCols=columns, outputCol=out).transform(df)
+
+
+def numeric_summary(vectors: DataFrame, column: str) -> dict[str, list[float]]:
+    """Per encoded numeric: mean, sample variance, min, max, non-zeros (one `Summarizer` pass)."""
+    from pyspark.ml.stat import Summarizer
+    from pyspark.sql import functions as F
+
+    metrics = ("mean", "variance", "min", "max", "numNonZeros")
+    row = vectors.select(Summarizer.metrics(*metrics).summary(F.col(column)).alias("s")).first()["s"]
+    return {m: [float(v) for v in row[m].toArray()] for m in metrics}
+
+
+def variance_threshold(
+    vectors: DataFrame, numeric: list[dict], summary: dict[str, list[float]], threshold: float
+) -> tuple[dict[str, Any], list[int]]:
+    """`VarianceThresholdSelector` over the encoded numerics: (the section, kept positions)."""
+    from pyspark.ml.feature import VarianceThresholdSelector
+
+    model = VarianceThresholdSelector(featuresCol="numerics", varianceThreshold=float(threshold)).fit(vectors)
+    kept = sorted(int(i) for i in model.selectedFeatures)
+    scores = []
+    for i, entry in enumerate(numeric):
+        variance = summary["variance"][i]
+        reason = None
+        if i not in kept:
+            reason = f"variance {variance:.6g} <= min_variance {threshold:g}"
+            if summary["min"][i] == summary["max"][i]:
+                reason += " (constant on the window's train split)"
+        scores.append(_score(entry, "variance", variance, None, None, i in kept, reason))
+    section = {"method": "VarianceThresholdSelector", "threshold": float(threshold), "scores": scores}
+    return section, kept
+
+
+def selection_test(test_object: str, df: DataFrame, features: str, label: str) -> dict[int, tuple]:
+    """featureIndex -> (p-value, degrees of freedom, statistic) of the test the selector runs.
+
+    `pyspark.ml.stat` wraps only `ChiSquareTest`; `ANOVATest` and `FValueTest` are called
+    the way that wrapper calls its Scala object (same arguments, flattened result).
+    UnivariateFeatureSelectorModel keeps only the chosen indices, so the scores come from here.
+    """
+    from pyspark.ml.common import _java2py, _py2java
+
+    sc = df.sparkSession.sparkContext
+    scala = getattr(sc._jvm, f"org.apache.spark.ml.stat.{test_object}")
+    result = _java2py(sc, scala.test(*[_py2java(sc, a) for a in (df, features, label, True)]))
+    statistic = "statistic" if test_object == "ChiSquareTest" else "fValue"
+    return {
+        int(r["featureIndex"]): (r["pValue"], r["degreesOfFreedom"], r[statistic]) for r in result.collect()
+    }
+
+
+def _univariate_reason(test: str, p_value: float | None, mode: str, threshold: float, tested: int) -> str:
+    if p_value is None:
+        return f"{TEST_NAMES[test]} test undefined (the feature is constant on the window's train split)"
+    what = f"{TEST_NAMES[test]} p-value {p_value:.3g}"
+    if mode == "numTopFeatures":
+        return f"{what} is not among the {int(threshold)} lowest of {tested} (numTopFeatures)"
+    if mode == "percentile":
+        keep = int(tested * threshold)
+        return f"{what} is not among the lowest {threshold:g} of {tested} (percentile: {keep})"
+    if mode == "fpr":
+        return f"{what} is not below fpr {threshold:g}"
+    if mode == "fdr":
+        return f"{what} fails the Benjamini-Hochberg false discovery rate {threshold:g} over {tested}"
+    return f"{what} is not below fwe {threshold:g} / {tested} features"
+
+
+def univariate_selection(
+    encoded: DataFrame, p: FitParams, numeric: list[tuple[int, dict]], categorical: list[dict]
+) -> tuple[dict[str, Any], set[str], list[str]]:
+    """`UnivariateFeatureSelector` per feature type: (the section, kept outputs, warnings).
+
+    One selector per feature type, because Spark's selector takes one `featureType`: the
+    numerics (continuous) against the label, and the categorical ids (categorical). The
+    mode applies within each: `numTopFeatures` keeps that many of each type, `fdr`/`fwe`
+    correct over the features of the same test. Text is not tested (token lists are not
+    one value per row) and always kept.
+    """
+    from pyspark.ml.feature import UnivariateFeatureSelector
+    from pyspark.sql import functions as F
+
+    mode, label_type = p.selector_mode, p.selector_label_type
+    threshold = float(
+        p.selector_threshold if p.selector_threshold is not None else SELECTOR_DEFAULT_THRESHOLDS[mode]
+    )
+    warnings: list[str] = []
+    scores: list[dict] = []
+    kept: set[str] = set()
+    families = [("continuous", [(f"n{i}", e) for i, e in numeric])]
+    if label_type == "categorical":
+        # ChiSquareTest fails on a feature with more distinct values than it indexes.
+        wide = [(i, e) for i, e in enumerate(categorical) if e["cardinality"] > CHI_SQUARED_MAX_CATEGORIES]
+        counts = (
+            encoded.agg(*[F.countDistinct(f"c{i}").alias(f"c{i}") for i, _ in wide]).first().asDict()
+            if wide
+            else {}
+        )
+        testable = []
+        for i, e in enumerate(categorical):
+            distinct = counts.get(f"c{i}", 0)
+            if distinct > CHI_SQUARED_MAX_CATEGORIES:
+                reason = (
+                    f"not tested: {distinct} distinct ids on the train split, more than the "
+                    f"chi-squared test's {CHI_SQUARED_MAX_CATEGORIES}; kept"
+                )
+                _warn(warnings, f"categorical {e['name']!r}: {reason}")
+                scores.append(_score(e, None, None, None, None, True, reason))
+                kept.add(e["output"])
+            else:
+                testable.append((f"c{i}", e))
+        families.append(("categorical", testable))
+    else:
+        for e in categorical:
+            reason = "not tested: Spark has no test of a categorical feature against a continuous label; kept"
+            scores.append(_score(e, None, None, None, None, True, reason))
+            kept.add(e["output"])
+    tested = 0
+    for feature_type, features in families:
+        if not features:
+            continue
+        test, scala = UNIVARIATE_TESTS[(feature_type, label_type)]
+        vectors = _assembled(encoded, [c for c, _ in features])
+        results = selection_test(scala, vectors, "features", "label")
+        selector = (
+            UnivariateFeatureSelector(featuresCol="features", labelCol="label", selectionMode=mode)
+            .setFeatureType(feature_type)
+            .setLabelType(label_type)
+            .setSelectionThreshold(threshold)
+        )
+        chosen = {int(i) for i in selector.fit(vectors).selectedFeatures}
+        tested += len(features)
+        for j, (_, entry) in enumerate(features):
+            p_value, dof, statistic = results[j]
+            reason = None
+            if j not in chosen:
+                reason = _univariate_reason(test, _number(p_value), mode, threshold, len(features))
+            else:
+                kept.add(entry["output"])
+            scores.append(_score(entry, test, statistic, p_value, dof, j in chosen, reason))
+    tested_scores = [s for s in scores if s["test"]]
+    if tested and not any(s["kept"] for s in tested_scores):
+        listed = "; ".join(
+            f"{s['name']} ({TEST_NAMES[s['test']]} statistic {s['statistic']!r}, p-value {s['p_value']!r})"
+            for s in tested_scores
+        )
+        raise FitError(
+            f"selector_mode {mode} with threshold {threshold:g} keeps none of the {tested} features it "
+            f"tested on the window's train split: {listed}; raise selector_threshold or set "
+            "selector_mode null"
+        )
+    section = {
+        "method": "UnivariateFeatureSelector",
+        "mode": mode,
+        "threshold": threshold,
+        "label_type": label_type,
+        "scores": scores,
+    }
+    return section, kept, warnings
+
+
+def fit_pca(
+    encoded: DataFrame,
+    p: FitParams,
+    numeric: list[tuple[int, dict]],
+    summary: dict[str, list[float]],
+    *,
+    rows: int,
+    dropped: list[dict[str, str]],
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+    """`pyspark.ml.feature.PCA` of the kept encoded numerics: (the section, outputs, warnings).
+
+    Spark's PCA finds the components of the covariance (it centres while fitting) but its
+    `transform` multiplies the raw vector, uncentred. The document records the train mean
+    and both appliers subtract it, so a component has mean 0 on the train split whatever
+    the scaling (with `standard` scaling the mean is already ~0 and this changes nothing).
+    With `pca_variance`, PCA is fitted with k = all inputs and the smallest k whose
+    explained variance reaches the share is kept (the leading k columns of that fit are
+    the k-component fit).
+    """
+    from pyspark.ml.feature import PCA
+
+    warnings: list[str] = []
+    names = [e["name"] for _, e in numeric]
+    n = len(numeric)
+    if n == 0:
+        left = "; ".join(f"{d['name']}: {d['reason']}" for d in dropped) or "the spec declares none"
+        raise FitError(f"PCA has no numeric inputs on the window's train split ({left})")
+    try:
+        check_pca_size(n)
+    except ValueError as err:
+        raise FitError(str(err)) from err
+    if p.pca_components is not None and p.pca_components > n:
+        gone = "; ".join(f"{d['name']}: {d['reason']}" for d in dropped) or "none"
+        raise FitError(
+            f"pca_components {p.pca_components} is more than the {n} numerics left after selection "
+            f"{names} (dropped: {gone})"
+        )
+    if rows < 2:
+        raise FitError(f"PCA needs at least 2 train rows for a covariance; the train split has {rows}")
+    if n > PCA_WARN_COLUMNS:
+        megabytes = n * n * 8 / 1e6
+        _warn(warnings, f"PCA over {n} numerics: the covariance alone takes {megabytes:.0f} MB on the driver")
+    sparse = []
+    for i, entry in numeric:
+        zeros = 1.0 - summary["numNonZeros"][i] / rows
+        if zeros >= SPARSE_ZERO_SHARE and summary["mean"][i] != 0.0:
+            sparse.append(f"{entry['output']} ({zeros:.0%} zeros, mean {summary['mean'][i]:.6g})")
+    if sparse:
+        _warn(
+            warnings,
+            "PCA inputs " + ", ".join(sparse) + " are sparse on the train split; centring them by "
+            "the recorded mean makes every projected row dense",
+        )
+    vectors = _assembled(encoded, [f"n{i}" for i, _ in numeric], "pca_inputs")
+    k_fit = n if p.pca_variance is not None else int(p.pca_components)
+    model = PCA(k=k_fit, inputCol="pca_inputs").fit(vectors)
+    pc = model.pc.toArray()  # n x k_fit; column j is component j, by descending variance
+    explained = [float(v) for v in model.explainedVariance.toArray()]
+    k = k_fit
+    if p.pca_variance is not None:
+        total, k = 0.0, n
+        for j, share in enumerate(explained):
+            total += share
+            if total >= p.pca_variance - 1e-12:
+                k = j + 1
+                break
+    components = [
+        [_finite(pc[i, j], f"PCA component {j + 1} weight of {names[i]}") for i in range(n)] for j in range(k)
+    ]
+    outputs = [layout.encoded_name("numeric", f"pc{j + 1}") for j in range(k)]
+    section = {
+        "method": "PCA",
+        "k": k,
+        "variance_target": p.pca_variance,
+        "inputs": [e for _, e in numeric],
+        "mean": [_finite(summary["mean"][i], f"train mean of {e['output']}") for i, e in numeric],
+        "components": components,
+        "explained_variance": [min(1.0, max(0.0, v)) for v in explained[:k]],
+        "outputs": outputs,
+    }
+    entries = [{"name": f"pc{j + 1}", "output": outputs[j], "pca_component": j + 1} for j in range(k)]
+    return section, entries, warnings
+
+
+def select_and_project(
+    train: DataFrame,
+    p: FitParams,
+    numeric: list[dict],
+    categorical: list[dict],
+    text: list[dict],
+    *,
+    rows: int,
+) -> Selected:
+    """Selection, then PCA, on the encoded train features (after imputation and scaling).
+
+    Order: the variance threshold over the numerics, the univariate tests over what is
+    left and the categoricals, PCA over the numerics kept. Dropped features leave the
+    document's outputs and are listed in `dropped` with the reason.
+    """
+    variance_on = p.min_variance is not None and bool(numeric)
+    univariate_on = p.selector_mode is not None and bool(numeric or categorical)
+    if not (variance_on or univariate_on or p.pca):
+        return Selected(numeric, categorical, [], None, None, [])
+    # Categorical ids are only needed by the univariate tests.
+    encoded = encoded_train(train, numeric, categorical if univariate_on else []).cache()
+    try:
+        summary: dict[str, list[float]] = {}
+        vectors = None
+        if numeric:
+            vectors = _assembled(encoded, [f"n{i}" for i in range(len(numeric))], "numerics")
+            summary = numeric_summary(vectors, "numerics")
+        selection: dict[str, Any] = {"variance_threshold": None, "univariate": None}
+        warnings: list[str] = []
+        positions = list(range(len(numeric)))
+        if variance_on:
+            selection["variance_threshold"], positions = variance_threshold(
+                vectors, numeric, summary, p.min_variance
+            )
+        kept_outputs = {numeric[i]["output"] for i in positions} | {e["output"] for e in categorical}
+        if univariate_on:
+            selection["univariate"], kept_outputs, found = univariate_selection(
+                encoded, p, [(i, numeric[i]) for i in positions], categorical
+            )
+            warnings += found
+        dropped = []
+        for section in (selection["variance_threshold"], selection["univariate"]):
+            for score in section["scores"] if section else []:
+                if not score["kept"]:
+                    dropped.append({"name": score["name"], "reason": score["reason"]})
+        kept_numeric = [(i, numeric[i]) for i in positions if numeric[i]["output"] in kept_outputs]
+        kept_categorical = [e for e in categorical if e["output"] in kept_outputs]
+        if (numeric or categorical or text) and not (kept_numeric or kept_categorical or text):
+            listed = "; ".join(f"{d['name']}: {d['reason']}" for d in dropped)
+            raise FitError(f"selection leaves no features on the window's train split ({listed})")
+        pca = None
+        outputs = [e for _, e in kept_numeric]
+        if p.pca:
+            pca, outputs, found = fit_pca(encoded, p, kept_numeric, summary, rows=rows, dropped=dropped)
+            warnings += found
+        chosen = selection if (variance_on or univariate_on) else None
+        return Selected(outputs, kept_categorical, dropped, chosen, pca, warnings)
+    finally:
+        encoded.unpersist()
+
+
 def fit(
     train: DataFrame, p: FitParams, *, rows: int, partitions: list[str]
-) -> tuple[dict[str, Any], list[str]]:
-    """Pure given the train rows: (the transform document, constant numeric columns)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pure given the train rows: (the transform document, notes for the report).
+
+    The notes: `constant_numerics` (no spread on the train split) and `warnings` (what
+    selection and PCA found worth a look, also logged).
+    """
     numeric, dropped, constant = fit_numeric(train, p.numeric, rows)
     vocabs = fit_vocabularies(train, p.categorical, p.text)
+    categorical = categorical_entries(p.categorical, vocabs)
+    text = text_entries(p.text, vocabs)
+    chosen = select_and_project(train, p, numeric, categorical, text, rows=rows)
     return {
         "format_version": FORMAT_VERSION,
         "dataset": p.dataset,
@@ -292,12 +752,14 @@ def fit(
         "contract": p.contract,
         "id": {"column": p.id_column, "output": layout.ID},
         "label": {"column": p.label_column, "output": layout.LABEL, "classes": p.label_classes},
-        "numeric": numeric,
-        "categorical": categorical_entries(p.categorical, vocabs),
-        "text": text_entries(p.text, vocabs),
-        "dropped": dropped,
+        "numeric": chosen.numeric,
+        "categorical": chosen.categorical,
+        "text": text,
+        "dropped": dropped + chosen.dropped,
+        "selection": chosen.selection,
+        "pca": chosen.pca,
         "hash": dict(HASH),
-    }, constant
+    }, {"constant_numerics": constant, "warnings": chosen.warnings}
 
 
 def check_document(doc: dict[str, Any], where: str) -> None:
@@ -319,7 +781,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
             f"window {inputs[0]} .. {inputs[-1]}: no train rows to fit the transform on "
             f"(rows per split {counts}); widen window.days or the sample fractions"
         )
-    doc, constant = fit(train, p, rows=rows, partitions=list(inputs))
+    doc, notes = fit(train, p, rows=rows, partitions=list(inputs))
     train.unpersist()
     check_document(doc, f"{output}/{layout.TRANSFORM}")
     text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False)
@@ -335,8 +797,16 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
         "vocabulary_sizes": {
             e["name"]: len(e.get("vocabulary", [])) for e in doc["categorical"] + doc["text"]
         },
-        # Kept (centred, scale 1) but worth a look: feature selection can drop them.
-        "constant_numerics": constant,
+        # Centred with scale 1; the variance threshold (min_variance) drops them.
+        "constant_numerics": notes["constant_numerics"],
+        "selected": {
+            "numeric": [e["output"] for e in doc["numeric"]],
+            "categorical": [e["output"] for e in doc["categorical"]],
+        },
+        "pca": None
+        if doc["pca"] is None
+        else {"k": doc["pca"]["k"], "explained_variance": sum(doc["pca"]["explained_variance"])},
+        "warnings": notes["warnings"],
     }
     with common.PartitionCommit(spark, output) as staging:
         common.write_text(spark, layout.join(staging, layout.TRANSFORM), text)

@@ -1,31 +1,52 @@
-"""Stratified sample by class and a stable train/validation/test split.
+"""Exact stratified sample: a train/validation/test split first, then exact counts per stratum and split.
 
     spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/sample.py \
         --input <lake>/preprocess/flights/dt=2013-01-01 \
         --output <lake>/sample/flights/dt=2013-01-01 \
         --params '{"fraction": 1.0, "class_fractions": {"0": 0.5}, "seed": 7, "splits": {...}, ...}'
 
-A row is kept when a hash of (id, seed) mapped to [0, 1) falls below its class's fraction,
-so the same input and seed give the same sample whatever the partitioning, the executor
-count or the row order (Spark's `sampleBy` depends on partitioning). Counts per class are
-binomial around `fraction * n` (exact per-stratum counts are the next step).
-The split comes from a second hash of the id alone (not the seed), so a row keeps its
-split across reruns, days and backfills. Output adds a `split` column.
+A stratum is a value of the label (default) or a combination of the `strata` columns
+(`["label", "origin"]`). Two steps, in this order:
+
+1. **Split.** By default the split is a threshold on a seed-independent hash of the id
+   (`unit_hash(id)` < 0.8: train, ...), so a row keeps its split across reruns, days and
+   backfills whatever else the partition holds; shares are binomial around the targets.
+   With `stratify_splits`, each stratum of n rows gets exactly the largest-remainder
+   counts of `splits` (they sum to n): in the order of the same hash, the first rows are
+   train, the next validation, the rest test. The trade-off: exact shares per stratum
+   depend on the day's partition (a rerun over other rows can move the rows near a cut
+   to a neighbouring split), while the threshold depends on the id alone. Both use one
+   hash, so the two modes disagree only near the cuts.
+2. **Volume.** Each stratum x split cell of n rows keeps exactly `round_half_up(f, n) =
+   floor(f * n + 1/2)` rows (f from `class_fractions` for the cell's class, else
+   `fraction`; Python's `round` would round 2.5 to 2), or, for a class in `class_counts`,
+   the class keeps exactly min(count, rows of the class) rows per day, shared among its
+   cells in proportion to their sizes (largest remainder). The rows kept are the first
+   of the cell in the order of hash(id, seed): the same input and seed give the same
+   sample whatever the partitioning, the executor count or the row order, and a larger
+   fraction keeps a superset.
+
+Both exact steps are `lakeprep_jobs.exact` (a histogram pass, then a selection that
+ranks only the rows of the cut buckets; the module docstring counts the passes). The
+report adds `strata`: rows before and after sampling per stratum and split, checked
+against the plan before the partition is committed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_jobs import common
+from lakeprep_contracts import layout
+from lakeprep_jobs import common, exact
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-SPLITS = ("train", "validation", "test")
+SPLITS = layout.SPLITS  # ("train", "validation", "test"): the cut order of stratified splits
 _UNIT = 1 << 30  # hash buckets per unit interval
+_SPLIT_SALT = "lakeprep-split"  # the split hash's "seed": never the sampling seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +54,13 @@ class SampleParams:
     label_classes: list[int]
     fraction: float = 1.0
     class_fractions: dict[str, float] = dataclasses.field(default_factory=dict)
+    class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
     seed: int = 0
     splits: dict[str, float] = dataclasses.field(
         default_factory=lambda: {"train": 0.8, "validation": 0.1, "test": 0.1}
     )
+    stratify_splits: bool = False
+    strata: list[str] | None = None  # columns of the prepared rows; None: the label
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -46,10 +70,33 @@ class SampleParams:
                 raise ValueError(f"sample fraction {f!r} for class {label!r} must be in [0, 1]")
             if int(label) not in self.label_classes:
                 raise ValueError(f"class_fractions names class {label!r}, not in {self.label_classes}")
+        for label, n in self.class_counts.items():
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"sample count {n!r} for class {label!r} must be an integer >= 0")
+            if int(label) not in self.label_classes:
+                raise ValueError(f"class_counts names class {label!r}, not in {self.label_classes}")
+        both = sorted(set(self.class_fractions) & set(self.class_counts))
+        if both:
+            raise ValueError(f"classes {both} are in both class_fractions and class_counts; give one")
         if set(self.splits) != set(SPLITS) or abs(sum(self.splits.values()) - 1) > 1e-9:
             raise ValueError(f"splits {self.splits!r} must give train, validation, test summing to 1")
+        if self.strata is not None:
+            if not self.strata or len(set(self.strata)) != len(self.strata):
+                raise ValueError(f"strata {self.strata!r} must be a non-empty list of distinct columns")
+            reserved = [c for c in self.strata if c in (layout.ID, layout.SPLIT)]
+            if reserved:
+                raise ValueError(f"strata {self.strata!r} cannot name {reserved} (the id, the split)")
+        if (self.class_fractions or self.class_counts) and layout.LABEL not in self.strata_columns:
+            raise ValueError(
+                f"class_fractions and class_counts apply per class: strata {self.strata!r} "
+                f"must include {layout.LABEL!r}"
+            )
 
-    def fraction_for(self, label: int) -> float:
+    @property
+    def strata_columns(self) -> tuple[str, ...]:
+        return tuple(self.strata) if self.strata is not None else (layout.LABEL,)
+
+    def fraction_for(self, label: int | None) -> float:
         return float(self.class_fractions.get(str(label), self.fraction))
 
 
@@ -60,56 +107,181 @@ def unit_hash(*cols: Column) -> Column:
     return F.pmod(F.xxhash64(*cols), F.lit(_UNIT)) / F.lit(float(_UNIT))
 
 
-def stratified_sample(df: DataFrame, p: SampleParams) -> DataFrame:
-    """Pure: keep each row with its class's probability, decided by hash(id, seed)."""
+def assign_split(
+    df: DataFrame, p: SampleParams, *, bucket_bits: int = exact.DEFAULT_BUCKET_BITS
+) -> DataFrame:
+    """Pure: `split`, from a seed-independent hash of the id (threshold or exact per stratum).
+
+    With `stratify_splits` this runs the planning jobs of `exact.exact_split` now.
+    """
     from pyspark.sql import functions as F
 
-    threshold = F.lit(p.fraction)
-    for label in p.label_classes:
-        threshold = F.when(F.col("label") == label, F.lit(p.fraction_for(label))).otherwise(threshold)
-    return df.filter(unit_hash(F.col("id"), F.lit(p.seed)) < threshold)
-
-
-def assign_split(df: DataFrame, p: SampleParams) -> DataFrame:
-    """Pure: `split` from a seed-independent hash of the id."""
-    from pyspark.sql import functions as F
-
-    u = unit_hash(F.col("id"), F.lit("lakeprep-split"))
+    if p.stratify_splits:
+        shares = {s: p.splits[s] for s in SPLITS}
+        return exact.exact_split(
+            df,
+            p.strata_columns,
+            shares,
+            layout.SPLIT,
+            key_cols=[layout.ID],
+            seed=_SPLIT_SALT,
+            bucket_bits=bucket_bits,
+        )
+    u = unit_hash(F.col(layout.ID), F.lit(_SPLIT_SALT))
     train_end = p.splits["train"]
     val_end = train_end + p.splits["validation"]
     split = F.when(u < train_end, "train").when(u < val_end, "validation").otherwise("test")
-    return df.withColumn("split", split)
+    return df.withColumn(layout.SPLIT, split)
+
+
+def _cell_order(key: exact.StratumKey) -> tuple:
+    """Sort key of a (strata..., split) cell: strata values (nulls last), then the split order."""
+    *values, split = key
+    return (*((v is None, 0 if v is None else v) for v in values), SPLITS.index(split))
+
+
+def cell_counts(
+    p: SampleParams, cells: Sequence[str]
+) -> Callable[[Mapping[exact.StratumKey, int]], dict[exact.StratumKey, int]]:
+    """Rows to keep per (strata..., split) cell, from every cell's size.
+
+    A cell of class c keeps `round_half_up(fraction for c, n)`; a class in `class_counts`
+    keeps min(count, its rows) in all, apportioned over its cells by size (largest
+    remainder, ties to the first cell in stratum then split order).
+    """
+    label_at = cells.index(layout.LABEL) if layout.LABEL in cells else None
+
+    def counts(sizes: Mapping[exact.StratumKey, int]) -> dict[exact.StratumKey, int]:
+        out: dict[exact.StratumKey, int] = {}
+        by_class: dict[str, list[exact.StratumKey]] = {}
+        for key, n in sizes.items():
+            label = key[label_at] if label_at is not None else None
+            if str(label) in p.class_counts:
+                by_class.setdefault(str(label), []).append(key)
+            else:
+                out[key] = exact.round_half_up(p.fraction_for(label), n)
+        for label, keys in by_class.items():
+            keys.sort(key=_cell_order)
+            rows = sum(sizes[k] for k in keys)
+            want = min(p.class_counts[label], rows)
+            shares = exact.largest_remainder([sizes[k] for k in keys], want) if rows else [0] * len(keys)
+            out.update(zip(keys, shares, strict=True))
+        return out
+
+    return counts
+
+
+def sample_plan(
+    df: DataFrame, p: SampleParams, *, bucket_bits: int = exact.DEFAULT_BUCKET_BITS
+) -> exact.CutPlan:
+    """The planning pass of the volume sample over rows that carry `split` (its cells are
+    (strata..., split); `plan.sizes` and `plan.ranks[cell][0]` are rows before and after)."""
+    if layout.SPLIT not in df.columns:
+        raise ValueError(
+            f"the sample is per split: {df.columns} has no {layout.SPLIT!r} (assign_split first)"
+        )
+    cells = (*p.strata_columns, layout.SPLIT)
+    return exact.plan_sample(
+        df, cells, cell_counts(p, cells), key_cols=[layout.ID], seed=p.seed, bucket_bits=bucket_bits
+    )
+
+
+def stratified_sample(
+    df: DataFrame, p: SampleParams, *, bucket_bits: int = exact.DEFAULT_BUCKET_BITS
+) -> DataFrame:
+    """Pure: exactly the planned rows of every (strata..., split) cell, by hash(id, seed)."""
+    return exact.apply_sample(df, sample_plan(df, p, bucket_bits=bucket_bits))
+
+
+def stratum_name(strata: Sequence[str], key: exact.StratumKey) -> str:
+    """A stratum's key in the report: `"1"` for the label alone, `"label=1,origin=JFK"` for several."""
+
+    def text(v: Any) -> str:
+        return "null" if v is None else str(v)
+
+    if len(strata) == 1:
+        return text(key[0])
+    return ",".join(f"{c}={text(v)}" for c, v in zip(strata, key, strict=True))
+
+
+def written_counts(
+    written: DataFrame, p: SampleParams, plan: exact.CutPlan
+) -> tuple[dict[exact.StratumKey, int], dict[tuple[str, str], int]]:
+    """Rows written per (strata..., split) cell and per (split, class), from one small
+    aggregation; fails when a cell's count is not the plan's (checked before the commit)."""
+    cells = (*p.strata_columns, layout.SPLIT)
+    group = list(cells) if layout.LABEL in cells else [*cells, layout.LABEL]
+    kept = dict.fromkeys(plan.sizes, 0)
+    by_split_class: dict[tuple[str, str], int] = {}
+    for r in written.groupBy(*group).count().collect():
+        cell, n = tuple(r[c] for c in cells), int(r["count"])
+        kept[cell] = kept.get(cell, 0) + n
+        split_class = (str(r[layout.SPLIT]), str(r[layout.LABEL]))
+        by_split_class[split_class] = by_split_class.get(split_class, 0) + n
+    planned = {cell: plan.segment_sizes(cell)[0] for cell in plan.sizes}
+    wrong = {
+        c: (kept.get(c), planned.get(c))
+        for c in kept.keys() | planned.keys()
+        if kept.get(c) != planned.get(c)
+    }
+    if wrong:
+        raise RuntimeError(f"sampled rows per cell (written, planned) differ: {wrong}")
+    return kept, by_split_class
+
+
+def strata_report(
+    p: SampleParams, plan: exact.CutPlan, kept: Mapping[exact.StratumKey, int]
+) -> dict[str, dict[str, dict[str, int]]]:
+    """`{"<stratum>": {"train": {"before": n, "after": k}, ...}}`, every split of every
+    stratum the input holds."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for cell in sorted(plan.sizes, key=_cell_order):
+        *stratum, split = cell
+        by_split = out.setdefault(stratum_name(p.strata_columns, tuple(stratum)), {})
+        for s in SPLITS:
+            by_split.setdefault(s, {"before": 0, "after": 0})
+        by_split[split] = {"before": plan.sizes[cell], "after": kept[cell]}
+    return out
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) -> dict[str, Any]:
+    from pyspark import StorageLevel
+
     df = spark.read.parquet(*inputs)
-    sampled = assign_split(stratified_sample(df, p), p)
-    before = common.class_counts(df, "label")
-    with common.PartitionCommit(spark, output) as staging:
-        common.write_parquet(sampled, staging)
-        written = spark.read.parquet(staging)
-        after = {
-            (r["split"], str(r["label"])): int(r["count"])
-            for r in written.groupBy("split", "label").count().collect()
-        }
-        rows_in = sum(before.values())
-        rows_out = sum(after.values())
-        report = {
-            "stage": "sample",
-            "inputs": inputs,
-            "rows_in": rows_in,
-            "rows_out": rows_out,
-            "rows_quarantined": 0,
-            "rows_sampled_out": rows_in - rows_out,
-            "seed": p.seed,
-            "class_fractions": {str(c): p.fraction_for(c) for c in p.label_classes},
-            "class_counts_before": before,
-            "class_counts_after": {
-                str(c): sum(n for (_, lbl), n in after.items() if lbl == str(c)) for c in p.label_classes
-            },
-            "splits": {s: {str(c): after.get((s, str(c)), 0) for c in p.label_classes} for s in SPLITS},
-        }
-        common.write_report(spark, staging, report)
+    split = assign_split(df, p)
+    if p.stratify_splits:  # planned and ranked: compute it once for the sample's three reads
+        split = split.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        plan = sample_plan(split, p)
+        before = common.class_counts(df, layout.LABEL)
+        with common.PartitionCommit(spark, output) as staging:
+            common.write_parquet(exact.apply_sample(split, plan), staging)
+            kept, after = written_counts(spark.read.parquet(staging), p, plan)
+            rows_in = sum(before.values())
+            rows_out = sum(after.values())
+            report = {
+                "stage": "sample",
+                "inputs": inputs,
+                "rows_in": rows_in,
+                "rows_out": rows_out,
+                "rows_quarantined": 0,
+                "rows_sampled_out": rows_in - rows_out,
+                "seed": p.seed,
+                "class_fractions": {str(c): p.fraction_for(c) for c in p.label_classes},
+                "class_counts": dict(p.class_counts),
+                "stratify_splits": p.stratify_splits,
+                "strata_columns": list(p.strata_columns),
+                "class_counts_before": before,
+                "class_counts_after": {
+                    str(c): sum(n for (_, lbl), n in after.items() if lbl == str(c)) for c in p.label_classes
+                },
+                "splits": {s: {str(c): after.get((s, str(c)), 0) for c in p.label_classes} for s in SPLITS},
+                "strata": strata_report(p, plan, kept),
+            }
+            common.write_report(spark, staging, report)
+    finally:
+        if p.stratify_splits:
+            split.unpersist()
     return report
 
 

@@ -9,6 +9,13 @@ semantics from the same document (docs/TRANSFORM.md; the parity test holds them 
 Fitted values enter the SQL as `CAST('<repr>' AS DOUBLE)`: a bare `0.1` is a DECIMAL
 literal in Spark SQL, which would change the arithmetic. Vocabularies become a literal
 map (`map_from_arrays`), folded to a constant once per query by Spark's optimizer.
+
+Features that selection dropped are simply not in the document's outputs. A principal
+component is SQL arithmetic over the scaled inputs, `((x1 - m1) * w1) + ((x2 - m2) * w2)
++ ...` summed left to right (the numpy path sums in the same order), so the saved
+`PipelineModel` stays one `SQLTransformer`; Spark's `PCAModel.transform` would not centre
+(docs/TRANSFORM.md). Each component repeats its inputs' expressions; Spark's
+subexpression elimination evaluates each once per row.
 """
 
 from __future__ import annotations
@@ -58,6 +65,27 @@ def numeric_expr(entry: dict[str, Any]) -> str:
     return f"CAST(({x} - {sql_double(entry['center'])}) / {sql_double(entry['scale'])} AS DOUBLE)"
 
 
+def pca_expr(pca: dict[str, Any], component: int) -> str:
+    """Principal component `component` (1-based): the centred scaled inputs times its weights."""
+    weights = pca["components"][component - 1]
+    terms = [
+        f"(({numeric_expr(e)} - {sql_double(m)}) * {sql_double(w)})"
+        for e, m, w in zip(pca["inputs"], pca["mean"], weights, strict=True)
+    ]
+    return f"CAST({' + '.join(terms)} AS DOUBLE)"
+
+
+def numeric_output_expr(entry: dict[str, Any], doc: dict[str, Any]) -> str:
+    """A numeric output: a scaled column, or a principal component of `doc["pca"]`."""
+    if "pca_component" in entry:
+        if not doc.get("pca"):
+            raise ValueError(
+                f"numeric output {entry['output']!r} is a PCA component but the document has no pca"
+            )
+        return pca_expr(doc["pca"], entry["pca_component"])
+    return numeric_expr(entry)
+
+
 def categorical_expr(entry: dict[str, Any]) -> str:
     col = quoted(entry["name"])
     if entry["encoding"] == "vocab":
@@ -79,7 +107,7 @@ def text_expr(entry: dict[str, Any]) -> str:
 
 def transform_exprs(doc: dict[str, Any]) -> list[str]:
     """`<sql> AS <output>` per feature, in the document's order (numeric, categorical, text)."""
-    exprs = [f"{numeric_expr(e)} AS {quoted(e['output'])}" for e in doc["numeric"]]
+    exprs = [f"{numeric_output_expr(e, doc)} AS {quoted(e['output'])}" for e in doc["numeric"]]
     exprs += [f"{categorical_expr(e)} AS {quoted(e['output'])}" for e in doc["categorical"]]
     exprs += [f"{text_expr(e)} AS {quoted(e['output'])}" for e in doc["text"]]
     return exprs

@@ -120,5 +120,5 @@ def test_schemas_load_from_a_zip_as_the_spark_jobs_ship_them(tmp_path):
     ).stdout
     where, properties, problems = json.loads(out)
     assert where.startswith(str(archive))
-    assert properties == ["class_weights", "config_hash"]
+    assert properties == ["balance", "class_weights"]
     assert problems == ["<top level>: 'format_version' is a required property"]

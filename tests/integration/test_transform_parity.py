@@ -4,7 +4,8 @@ The same held-out rows, with what training never saw (unseen categories, nulls, 
 blanks, unicode and very long text), go through the Spark path, preprocess's
 `clean_features` then `lakeprep_jobs.transform.apply_transform`, and through
 `lakeprep_train.transform.apply_transform`. Same ids, the same ids for every categorical
-and token, numerics within 1e-6.
+and token, numerics within 1e-6: scaled columns, and principal components (PCA as SQL
+arithmetic against numpy's sum) of a document whose selection dropped features.
 """
 
 from __future__ import annotations
@@ -67,11 +68,78 @@ def parity_doc() -> dict:
     return numpy_transform.check_document(doc)
 
 
+def pca_parity_doc() -> dict:
+    """parity_doc after selection and PCA: origin dropped, the numerics projected on 2 components.
+
+    Means away from 0 (robust and minmax scalings) and weights with long decimal
+    expansions: the centring and every SQL literal are exercised.
+    """
+    doc = parity_doc()
+    inputs = doc["numeric"]
+    doc["numeric"] = [
+        {"name": "pc1", "output": "num__pc1", "pca_component": 1},
+        {"name": "pc2", "output": "num__pc2", "pca_component": 2},
+    ]
+    doc["pca"] = {
+        "method": "PCA",
+        "k": 2,
+        "variance_target": 0.9,
+        "inputs": inputs,
+        "mean": [0.0312, -0.0147, 0.1713],
+        "components": [
+            [0.6123724356957946, 0.5773502691896258, 0.5400617248673217],
+            [-0.7071067811865475, 0.1924500897298753, 0.6804138174397717],
+        ],
+        "explained_variance": [0.6180339887498949, 0.3090169943749474],
+        "outputs": ["num__pc1", "num__pc2"],
+    }
+    doc["categorical"] = [c for c in doc["categorical"] if c["name"] != "origin"]
+    reason = "chi-squared p-value 0.73 is not below fpr 0.05"
+    doc["dropped"] = [{"name": "origin", "reason": reason}]
+    doc["selection"] = {
+        "variance_threshold": None,
+        "univariate": {
+            "method": "UnivariateFeatureSelector",
+            "mode": "fpr",
+            "threshold": 0.05,
+            "label_type": "categorical",
+            "scores": [
+                {
+                    "name": "origin",
+                    "output": "cat__origin",
+                    "test": "chi_squared",
+                    "statistic": 0.63,
+                    "p_value": 0.73,
+                    "degrees_of_freedom": 2,
+                    "kept": False,
+                    "reason": reason,
+                }
+            ],
+        },
+    }
+    return numpy_transform.check_document(doc)
+
+
 def test_spark_and_numpy_give_the_same_features(spark):
+    spark_rows, ours = _both_paths(spark, parity_doc())
+    # The rows were chosen to reach every branch: unseen, missing and known ids all occur.
+    assert {0, 1, 2, 3} <= set(ours["cat__carrier"].tolist())
+    assert (ours["txt__note"] == 1).any() and (ours["txt__note"] == 0).any()
+
+
+def test_spark_and_numpy_agree_after_selection_and_pca(spark):
+    spark_rows, ours = _both_paths(spark, pca_parity_doc())
+    assert set(spark_rows[0]) == {"id", "label", *numpy_transform.feature_outputs(pca_parity_doc())}
+    assert "cat__origin" not in ours and "num__distance" not in ours
+    # The extreme rows (clipped, imputed, 1e9 seats) land far from the centre: not all zeros.
+    assert np.ptp(ours["num__pc1"]) > 1 and np.ptp(ours["num__pc2"]) > 1
+
+
+def _both_paths(spark, doc: dict) -> tuple[list[dict], dict[str, np.ndarray]]:
+    """(Spark's rows by id, numpy's columns in the same order), asserted equal feature by feature."""
     from lakeprep_jobs import preprocess
     from lakeprep_jobs import transform as spark_transform
 
-    doc = parity_doc()
     fields = {f.name for f in dataclasses.fields(preprocess.PreprocessParams)}
     params = preprocess.PreprocessParams(
         **{k: v for k, v in doc["contract"]["preprocess"].items() if k in fields}
@@ -87,12 +155,13 @@ def test_spark_and_numpy_give_the_same_features(spark):
     assert names == table.column_names
     ours = numpy_transform.apply_transform(table, doc)
     order = np.argsort(ours["id"])
+    ours = {name: values[order] for name, values in ours.items()}
 
-    assert ours["id"][order].tolist() == [r["id"] for r in spark_rows]
-    assert ours["label"][order].tolist() == [r["label"] for r in spark_rows]
+    assert ours["id"].tolist() == [r["id"] for r in spark_rows]
+    assert ours["label"].tolist() == [r["label"] for r in spark_rows]
     for output in numpy_transform.feature_outputs(doc):
         theirs = [r[output] for r in spark_rows]
-        mine = ours[output][order]
+        mine = ours[output]
         if output.startswith("num__"):
             # Spark computes doubles, the shards store float32 (export_shards casts): compare
             # what lands in a shard.
@@ -101,9 +170,7 @@ def test_spark_and_numpy_give_the_same_features(spark):
             assert np.max(np.abs(mine.astype(np.float64) - stored.astype(np.float64))) < 1e-6, output
         else:
             assert mine.tolist() == theirs, output
-    # The rows were chosen to reach every branch: unseen, missing and known ids all occur.
-    assert {0, 1, 2, 3} <= set(ours["cat__carrier"].tolist())
-    assert (ours["txt__note"] == 1).any() and (ours["txt__note"] == 0).any()
+    return spark_rows, ours
 
 
 def _ddl() -> list[tuple[str, str]]:

@@ -183,3 +183,56 @@ def test_config_hash_changes_with_the_data_shaping_fields():
     spec = load_spec(FLIGHTS)
     assert spec_mod.config_hash(spec) == spec_mod.config_hash(load_spec(FLIGHTS))
     assert spec_mod.config_hash(spec) != spec_mod.config_hash(spec.with_overrides({"stages.sample.seed": 99}))
+
+
+@pytest.mark.parametrize(
+    ("sample", "message"),
+    [
+        ({"strata": ["nope"]}, r"stages\.sample\.strata names \['nope'\]"),
+        ({"strata": ["plane_model"]}, r"stages\.sample\.strata names \['plane_model'\]"),
+        ({"strata": ["label", "delayed"]}, "names the label twice"),
+        (
+            {"strata": ["origin"], "class_fractions": {"0": 0.5}},
+            r"leave out the label \('delayed'\)",
+        ),
+        ({"class_counts": {"5": 10}}, r"class_counts names classes \['5'\]"),
+        (
+            {"class_counts": {"0": 10}, "class_fractions": {"0": 0.5}},
+            r"classes \['0'\] are in both class_fractions and class_counts",
+        ),
+    ],
+)
+def test_sample_strata_and_counts_are_checked(tmp_path, sample, message):
+    def mutate(d):
+        d["stages"]["sample"].update(sample)
+
+    with pytest.raises(SpecError, match=message):
+        load_spec(write_spec(tmp_path, mutate))
+
+
+def test_sample_strata_of_label_and_a_feature_are_accepted(tmp_path):
+    def mutate(d):
+        d["stages"]["sample"].update(strata=["delayed", "origin"])
+
+    spec = load_spec(write_spec(tmp_path, mutate))
+    params = spec_mod.stage_params(spec, "sample", lake_root="file:///l", ds="2013-01-02", run_id="r")
+    assert params["strata"] == ["label", "origin"]
+
+
+@pytest.mark.parametrize(
+    ("fit", "message"),
+    [
+        ({"pca_components": 2, "pca_variance": 0.9}, "pca_components 2 and pca_variance 0.9 are exclusive"),
+        (
+            {"selector_mode": "numTopFeatures", "selector_threshold": 2.5},
+            r"selector_threshold 2\.5 must be a whole number >= 1 for numTopFeatures",
+        ),
+        (
+            {"selector_mode": "fpr", "selector_threshold": 5},
+            r"selector_threshold 5 must be in \[0, 1\] for fpr",
+        ),
+    ],
+)
+def test_selection_and_pca_settings_are_checked(tmp_path, fit, message):
+    with pytest.raises(SpecError, match=message):
+        load_spec(write_spec(tmp_path, lambda d: d["stages"]["fit_transform"].update(fit)))

@@ -189,7 +189,16 @@ def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tm
     assert (train["rows_available"], train["rows"]) == (7, 6)
     assert train["plan"]["rows_per_rank"] == 3 and train["plan"]["steps_per_rank"] == 2
     assert train["class_counts"] == {"0": 4, "1": 3}
-    assert manifest["class_weights"] == {"0": round(7 / 8, 6), "1": round(7 / 6, 6)}
+    # No balancing by default: the train split as sampled, uniform class weights.
+    assert train["class_counts_natural"] == {"0": 4, "1": 3}
+    assert manifest["class_weights"] == {"0": 1.0, "1": 1.0}
+    assert manifest["balance"] == {
+        "strategy": "none",
+        "target_ratio": 1.0,
+        "augment": "none",
+        "synthetic_rows": 0,
+        "report": "sampling.json",
+    }
     for name, split in manifest["splits"].items():
         assert len(split["shards"]) % 2 == 0 and len(split["shards"]) > 0, name
         assert [s["rank"] for s in split["shards"]] == [i % 2 for i in range(len(split["shards"]))]
@@ -221,6 +230,7 @@ def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tm
     assert schema.field("cat__c").type == pa.int32()
     assert schema.field("txt__t").type.value_type == pa.int32()
     assert "split" not in schema.names and "_shard" not in schema.names
+    assert schema.field("is_synthetic").type == pa.bool_()
 
     assert (out_dir / "_SUCCESS").exists()
     assert json.loads((out_dir / common.REPORT_NAME).read_text()) == report
@@ -321,3 +331,38 @@ def test_validation_split_smaller_than_world_size_is_refused(spark, tmp_path):
     inputs = [land_day(spark, tmp_path, DAY_3, day_rows(DAY_3, 6, 1, 2))]
     with pytest.raises(ValueError, match="the validation split has 1 rows, fewer than world_size 2"):
         export(spark, tmp_path, inputs, world_size=2)
+
+
+def test_sampling_report_counts_every_step_and_reweight_sets_the_class_weights(spark, tmp_path):
+    # Train 4 + 3 = 7 rows (labels 0,1,0,1 and 0,1,0): reweight changes no row, only the weights.
+    inputs = window(spark, tmp_path)
+    for uri, before in zip(inputs, ({"0": 6, "1": 5}, {"0": 5, "1": 4}), strict=True):
+        report_path = Path(uri.removeprefix("file://")) / common.REPORT_NAME
+        report_path.write_text(json.dumps({"stage": "sample", "rows_out": 8, "class_counts_before": before}))
+    out_dir, report = export(spark, tmp_path, inputs, balance={"strategy": "reweight"})
+
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["class_weights"] == {"0": round(7 / 8, 6), "1": round(7 / 6, 6)}
+    assert manifest["balance"]["strategy"] == "reweight" and manifest["balance"]["synthetic_rows"] == 0
+    assert manifest["splits"]["train"]["class_counts"] == manifest["splits"]["train"]["class_counts_natural"]
+
+    sampling = json.loads((out_dir / "sampling.json").read_text())
+    assert sampling["days"] == 2 and sampling["balance"]["strategy"] == "reweight"
+    assert [s["step"] for s in sampling["steps"]] == ["before_sampling", "sample", "balance", "augment"]
+    before, sampled, balanced, augmented = sampling["steps"]
+    assert before == {
+        "step": "before_sampling",
+        "class_counts": {"0": 11, "1": 9},
+        "splits": None,
+        "days_reported": 2,
+    }
+    assert sampled["splits"] == {
+        "train": {"0": 4, "1": 3},
+        "validation": {"0": 2, "1": 2},
+        "test": {"0": 2, "1": 2},
+    }
+    assert sampled["class_counts"] == {"0": 8, "1": 7}
+    assert balanced["splits"] == sampled["splits"] == augmented["splits"]
+    assert sampling["synthetic"]["validation"] == {"0": 0, "1": 0}
+    assert sampling["class_weights"] == manifest["class_weights"]
+    assert report["rows_undersampled"] == report["rows_oversampled"] == report["rows_synthetic"] == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import statistics
 
 import pytest
@@ -172,6 +173,9 @@ def test_run_fits_on_train_only_validation_changes_leave_transform_json_identica
         "validation": 3,
         "test": 3,
     }
+    # The defaults: the variance threshold runs (nothing is constant), no selector, no PCA.
+    assert report["selected"] == {"numeric": ["num__x"], "categorical": ["cat__c"]}
+    assert report["pca"] is None and report["warnings"] == [] and report["dropped"] == []
 
     # Same train rows, every validation and test value changed.
     changed = [r if r[5] == "train" else (r[0], 1 - r[1], r[2] * 100, "new", ["other"], r[5]) for r in rows]
@@ -216,3 +220,216 @@ def test_a_window_without_train_rows_fails_clearly(spark, tmp_path):
     with pytest.raises(FitError, match="no train rows to fit the transform on"):
         fit_transform.run(spark, inputs, f"file://{tmp_path}/fit", fit_params())
     assert not (tmp_path / "fit").exists()
+
+
+# ------------------------------------------------------------------ selection and PCA
+
+WIDE = (
+    "id string, label int, good double, noise double, flat double, a double, b double, z double, "
+    "sparse double, c string, d string, t array<string>, split string"
+)
+
+
+def wide_rows(n: int = 200) -> list[tuple]:
+    """Rows whose right answers are known by construction.
+
+    Rows come in pairs (label 0, label 1) that share `noise`, `a`, `b`, `z`, `sparse` and `d`,
+    so those have the same distribution in both classes (ANOVA F and chi-squared exactly 0);
+    `good` moves 3 standard deviations with the label and `c` follows it 9 times in 10;
+    `flat` is constant; `b` is almost `2 a`, `z` independent of both.
+    """
+    rng = random.Random(7)
+    rows = []
+    for i in range(0, n, 2):
+        noise, a, z = rng.gauss(0, 1), rng.gauss(0, 1), rng.gauss(0, 1)
+        b = 2 * a + 0.05 * rng.gauss(0, 1)
+        sparse = rng.uniform(1, 2) if i % 10 == 0 else 0.0
+        d = "xy"[(i // 2) % 2]
+        for label in (0, 1):
+            good = 3.0 * label + rng.gauss(0, 1)
+            c = "ab"[label] if rng.random() < 0.9 else "ab"[1 - label]
+            rows.append((f"r{i + label}", label, good, noise, 5.0, a, b, z, sparse, c, d, ["w"], "train"))
+    return rows
+
+
+def num(name: str, scaling: str = "standard") -> dict:
+    return {"name": name, "scaling": scaling, "impute": "mean", "clip_quantiles": None}
+
+
+def cat(name: str) -> dict:
+    return {"name": name, "encoding": "vocab", "min_frequency": 1, "max_vocab": 100, "buckets": 64}
+
+
+def fitted_wide(spark, numerics, categoricals=(), **kw):
+    train = spark.createDataFrame(wide_rows(), WIDE)
+    params = fit_params(
+        numeric=[n if isinstance(n, dict) else num(n) for n in numerics],
+        categorical=[cat(c) for c in categoricals],
+        **kw,
+    )
+    doc, notes = fit_transform.fit(train, params, rows=train.count(), partitions=["p"])
+    fit_transform.check_document(doc, "test")
+    return train, doc, notes
+
+
+def scores(doc, step):
+    return {s["name"]: s for s in doc["selection"][step]["scores"]}
+
+
+def test_selection_keeps_the_informative_and_drops_noise_and_constants(spark):
+    train, doc, notes = fitted_wide(spark, ["good", "noise", "flat"], ["c", "d"], selector_mode="fpr")
+    assert [e["output"] for e in doc["numeric"]] == ["num__good"]
+    assert [e["output"] for e in doc["categorical"]] == ["cat__c"]
+    assert [e["output"] for e in doc["text"]] == ["txt__t"]  # text is never tested
+    dropped = {d["name"]: d["reason"] for d in doc["dropped"]}
+    assert dropped["flat"] == "variance 0 <= min_variance 1e-06 (constant on the window's train split)"
+    assert dropped["noise"].startswith("ANOVA F p-value 1 is not below fpr 0.05")
+    assert dropped["d"].startswith("chi-squared p-value 1 is not below fpr 0.05")
+    assert notes["constant_numerics"] == ["flat"]
+    variance = scores(doc, "variance_threshold")
+    assert variance["good"]["statistic"] == pytest.approx(1.0) and variance["good"]["kept"]
+    assert variance["flat"] == {
+        "name": "flat",
+        "output": "num__flat",
+        "test": "variance",
+        "statistic": 0.0,
+        "p_value": None,
+        "degrees_of_freedom": None,
+        "kept": False,
+        "reason": dropped["flat"],
+    }
+    univariate = scores(doc, "univariate")
+    assert set(univariate) == {"good", "noise", "c", "d"}  # the constant never reaches the test
+    assert univariate["good"]["test"] == "anova_f" and univariate["good"]["p_value"] < 1e-12
+    assert univariate["good"]["statistic"] > 100 and univariate["good"]["kept"]
+    assert univariate["noise"]["p_value"] > 0.99 and not univariate["noise"]["kept"]
+    assert univariate["c"]["test"] == "chi_squared" and univariate["c"]["degrees_of_freedom"] == 1
+    assert univariate["c"]["p_value"] < 1e-12 and univariate["d"]["statistic"] == 0.0
+    assert doc["selection"]["univariate"]["threshold"] == 0.05  # Spark's default for fpr
+    encoded = transform.apply_transform(train, doc)
+    assert encoded.columns == ["id", "label", "split", "num__good", "cat__c", "txt__t"]
+
+
+def test_num_top_features_against_a_continuous_label_uses_f_regression(spark):
+    _, doc, _ = fitted_wide(
+        spark,
+        ["noise", "good", "z"],
+        ["d"],
+        selector_mode="numTopFeatures",
+        selector_threshold=1,
+        selector_label_type="continuous",
+    )
+    univariate = scores(doc, "univariate")
+    assert {s["test"] for s in univariate.values()} == {"f_regression", None}
+    assert [e["output"] for e in doc["numeric"]] == ["num__good"]
+    # Spark has no test of a categorical feature against a continuous label: kept, untested.
+    assert univariate["d"]["kept"] and univariate["d"]["p_value"] is None
+    assert univariate["d"]["reason"].startswith("not tested")
+    assert "is not among the 1 lowest of 3 (numTopFeatures)" in univariate["z"]["reason"]
+
+
+def test_a_selector_that_keeps_nothing_fails_listing_the_scores(spark):
+    with pytest.raises(FitError) as err:
+        fitted_wide(spark, ["noise", "z"], ["d"], text=[], selector_mode="fwe")
+    message = str(err.value)
+    assert "selector_mode fwe with threshold 0.05 keeps none of the 3 features it tested" in message
+    assert "noise (ANOVA F statistic" in message and "d (chi-squared statistic 0.0, p-value 1.0)" in message
+
+
+def test_pca_variance_keeps_the_fewest_components_reaching_the_share(spark):
+    train, doc, notes = fitted_wide(spark, ["a", "b", "z"], pca_variance=0.95)
+    pca = doc["pca"]
+    # a and b are one direction (2 of the 3 unit variances), z the other: k = 2.
+    assert pca["k"] == 2 and pca["outputs"] == ["num__pc1", "num__pc2"]
+    assert [e["output"] for e in doc["numeric"]] == ["num__pc1", "num__pc2"]
+    assert doc["numeric"][1] == {"name": "pc2", "output": "num__pc2", "pca_component": 2}
+    assert [e["name"] for e in pca["inputs"]] == ["a", "b", "z"]
+    first, second = pca["explained_variance"]
+    assert first < 0.95 <= first + second and first == pytest.approx(2 / 3, abs=0.03)
+    assert notes["warnings"] == []
+    # What the recorded numbers claim, measured on the transform's own output: each
+    # component's share of the inputs' total train variance (3 unit variances), mean 0,
+    # the components uncorrelated.
+    rows = transform.apply_transform(train, doc).collect()
+    pcs = [[r["num__pc1"] for r in rows], [r["num__pc2"] for r in rows]]
+    for values, share in zip(pcs, pca["explained_variance"], strict=True):
+        assert statistics.fmean(values) == pytest.approx(0.0, abs=1e-12)
+        assert statistics.variance(values) / 3 == pytest.approx(share, rel=1e-9)
+    assert statistics.correlation(*pcs) == pytest.approx(0.0, abs=1e-9)
+    # The manifest lists the components as the numeric features (export_shards reads the document).
+    from lakeprep_jobs.export_shards import feature_schema
+
+    assert [f["name"] for f in feature_schema(doc) if f["role"] == "numeric"] == ["num__pc1", "num__pc2"]
+
+
+def test_pca_with_every_component_explains_all_variance(spark):
+    _, doc, _ = fitted_wide(spark, ["a", "b", "z"], pca_components=3)
+    assert doc["pca"]["k"] == 3 and doc["pca"]["variance_target"] is None
+    assert sum(doc["pca"]["explained_variance"]) == pytest.approx(1.0, abs=1e-12)
+    assert doc["pca"]["explained_variance"] == sorted(doc["pca"]["explained_variance"], reverse=True)
+
+
+def test_pca_centres_explicitly_and_warns_when_that_densifies_a_sparse_input(spark):
+    # minmax keeps `sparse` at 0 on 80% of the rows and leaves every mean above 0: Spark's
+    # PCAModel.transform would not centre; the document's mean is subtracted in both paths.
+    train, doc, notes = fitted_wide(spark, [num("a", "minmax"), num("sparse", "minmax")], pca_components=1)
+    assert all(m > 0.05 for m in doc["pca"]["mean"])
+    (warning,) = notes["warnings"]
+    assert "num__sparse (80% zeros" in warning and "makes every projected row dense" in warning
+    values = [r["num__pc1"] for r in transform.apply_transform(train, doc).collect()]
+    assert statistics.fmean(values) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_pca_components_beyond_the_numerics_left_fail_naming_them(spark):
+    with pytest.raises(
+        FitError, match=r"pca_components 2 is more than the 1 numerics left after selection \['a'\]"
+    ):
+        fitted_wide(spark, ["a", "flat"], pca_components=2)
+
+
+def test_pca_without_numerics_left_fails(spark):
+    with pytest.raises(FitError, match="PCA has no numeric inputs.*flat: variance 0"):
+        fitted_wide(spark, ["flat"], pca_variance=0.9)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"pca_components": 2, "pca_variance": 0.9}, "pca_components 2 and pca_variance 0.9 are exclusive"),
+        (
+            {"pca_components": 3},
+            r"pca_components 3 must be in \[1, 1\]: there are 1 numeric features \['x'\]",
+        ),
+        ({"pca_variance": 1.5}, r"pca_variance 1.5 must be in \(0, 1\]"),
+        ({"selector_mode": "kbest"}, "selector_mode 'kbest' must be one of"),
+        ({"selector_mode": "numTopFeatures", "selector_threshold": 2.5}, "must be a whole number >= 1"),
+        (
+            {"selector_mode": "fdr", "selector_threshold": 5},
+            r"selector_threshold 5 must be in \[0, 1\] for fdr",
+        ),
+        ({"selector_label_type": "ordinal"}, "selector_label_type 'ordinal' must be one of"),
+    ],
+)
+def test_selection_and_pca_knobs_are_checked_before_spark_starts(knobs, message):
+    with pytest.raises(ValueError, match=message):
+        fit_params(**knobs)
+
+
+def test_pca_beyond_sparks_covariance_limit_is_refused_before_spark_starts():
+    columns = [num(f"x{i}") for i in range(fit_transform.PCA_MAX_COLUMNS + 1)]
+    with pytest.raises(ValueError, match="PCA over 65536 numerics: .* refuses more than 65535 columns"):
+        fit_params(numeric=columns, pca_components=2)
+    fit_transform.check_pca_size(fit_transform.PCA_MAX_COLUMNS)  # the limit itself is allowed
+
+
+def test_pipeline_model_applies_the_same_transform_with_selection_and_pca(spark, tmp_path):
+    train, doc, _ = fitted_wide(spark, ["good", "flat", "a", "b", "z"], ["c", "d"], pca_variance=0.9)
+    assert doc["pca"] and [d["name"] for d in doc["dropped"]] == ["flat"]
+    path = f"file://{tmp_path}/model"
+    transform.pipeline_model(doc).write().overwrite().save(path)
+    from pyspark.ml import PipelineModel
+
+    loaded = PipelineModel.load(path).transform(train)
+    expected = transform.apply_transform(train, doc)
+    assert "num__pc1" in expected.columns and "num__good" not in expected.columns
+    assertDataFrameEqual(loaded.select(*expected.columns), expected)

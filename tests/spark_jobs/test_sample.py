@@ -7,16 +7,22 @@ import random
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from lakeprep_jobs import common, sample
+from lakeprep_jobs import common, exact, sample
 from lakeprep_jobs.sample import SampleParams
 
 SCHEMA = "id string, label int, num__x double"
 SPLITS = {"train": 0.8, "validation": 0.1, "test": 0.1}
+ALL_TRAIN = {"train": 1.0, "validation": 0.0, "test": 0.0}
 
 
 def rows(n0: int, n1: int, n2: int = 0, prefix: str = "f") -> list[tuple]:
     """`n0` rows of class 0, then `n1` of class 1, then `n2` of class 2, ids `<prefix><i>`."""
-    labels = [0] * n0 + [1] * n1 + [2] * n2
+    return rows_of({0: n0, 1: n1, 2: n2}, prefix)
+
+
+def rows_of(sizes: dict[int, int], prefix: str = "f") -> list[tuple]:
+    """`sizes[c]` rows of each class c, ids `<prefix><i>`."""
+    labels = [c for c, n in sizes.items() for _ in range(n)]
     return [(f"{prefix}{i}", lbl, float(i % 13)) for i, lbl in enumerate(labels)]
 
 
@@ -25,50 +31,156 @@ def within_binomial(observed: int, n: int, p: float, sds: float = 4.0) -> bool:
     return abs(observed - n * p) <= sds * math.sqrt(n * p * (1 - p))
 
 
-def test_class_fractions_hold_in_expectation_and_fraction_zero_removes_a_class(spark):
-    df = spark.createDataFrame(rows(3000, 800, 500), SCHEMA)
-    p = SampleParams(label_classes=[0, 1, 2], fraction=1.0, class_fractions={"0": 0.3, "2": 0.0}, seed=7)
-
-    counts = common.class_counts(sample.stratified_sample(df, p), "label")
-
-    assert "2" not in counts  # fraction 0: none kept
-    assert counts["1"] == 800  # fraction 1 (the default): all kept
-    assert within_binomial(counts["0"], 3000, 0.3), counts
+def sampled(df, p: SampleParams, **kw):
+    """What `run` writes: the split, then the exact sample per stratum and split."""
+    return sample.stratified_sample(sample.assign_split(df, p, **kw), p, **kw)
 
 
-def test_default_fraction_applies_to_unlisted_classes(spark):
-    df = spark.createDataFrame(rows(2000, 2000), SCHEMA)
-    p = SampleParams(label_classes=[0, 1], fraction=0.25, class_fractions={"1": 1.0}, seed=3)
-    counts = common.class_counts(sample.stratified_sample(df, p), "label")
-    assert counts["1"] == 2000
-    assert within_binomial(counts["0"], 2000, 0.25), counts
+def counts_by(df, *cols: str) -> dict[tuple, int]:
+    return {tuple(r[c] for c in cols): int(r["count"]) for r in df.groupBy(*cols).count().collect()}
+
+
+# ------------------------------------------------------------------ rounding and apportioning
+
+
+def test_round_half_up_rounds_halves_up_on_the_decimal_written():
+    assert [exact.round_half_up(0.5, n) for n in (1, 5, 7, 37, 41)] == [1, 3, 4, 19, 21]
+    assert exact.round_half_up(0.3, 37) == 11  # 11.1 rounds down
+    assert exact.round_half_up(0.15, 10) == 2  # the float 0.15 * 10 is 1.4999999999999998
+    assert exact.round_half_up(0.0, 5) == 0
+    assert exact.round_half_up(1.0, 5) == 5
+
+
+def test_largest_remainder_sums_to_n_and_breaks_ties_to_the_earlier_share():
+    assert exact.largest_remainder([0.8, 0.1, 0.1], 37) == [29, 4, 4]
+    assert exact.largest_remainder([0.8, 0.1, 0.1], 1) == [1, 0, 0]
+    assert exact.largest_remainder([0.6, 0.2, 0.2], 13) == [8, 3, 2]
+    assert exact.largest_remainder([0.5, 0.5], 3) == [2, 1]
+    assert exact.largest_remainder([1, 0, 0], 5) == [5, 0, 0]
+    assert exact.largest_remainder([3, 1], 0) == [0, 0]
+    with pytest.raises(ValueError, match="positive sum"):
+        exact.largest_remainder([0, 0], 3)
+
+
+# ------------------------------------------------------------------ exact volume per stratum
+
+
+@pytest.mark.parametrize("bucket_bits", [2, exact.DEFAULT_BUCKET_BITS])
+def test_each_class_keeps_exactly_floor_of_fraction_times_n_plus_a_half(spark, bucket_bits):
+    # Skewed: 2000 rows, 41, 37, 7, 5, a single row, and a class with no rows at all.
+    df = spark.createDataFrame(rows_of({0: 2000, 1: 41, 2: 37, 3: 7, 4: 5, 5: 1, 6: 0}), SCHEMA)
+    p = SampleParams(
+        label_classes=[0, 1, 2, 3, 4, 5, 6],
+        fraction=0.5,
+        class_fractions={"0": 0.3, "2": 0.3},
+        seed=7,
+        splits=ALL_TRAIN,
+    )
+
+    out = sampled(df, p, bucket_bits=bucket_bits)
+
+    assert common.class_counts(out, "label") == {
+        "0": 600,  # 0.3 of 2000
+        "1": 21,  # 0.5 of 41 = 20.5: round() would give 20
+        "2": 11,  # 0.3 of 37 = 11.1
+        "3": 4,  # 0.5 of 7 = 3.5
+        "4": 3,  # 0.5 of 5 = 2.5: round() would give 2
+        "5": 1,  # 0.5 of 1 = 0.5: round() would give 0
+    }
+    assert out.columns == ["id", "label", "num__x", "split"]
+
+
+def test_every_split_of_every_class_is_sampled_exactly(spark):
+    df = spark.createDataFrame(rows(1000, 37, 10), SCHEMA)
+    p = SampleParams(
+        label_classes=[0, 1, 2], fraction=0.5, class_fractions={"2": 1.0}, stratify_splits=True, splits=SPLITS
+    )
+
+    out = counts_by(sampled(df, p, bucket_bits=3), "label", "split")
+
+    # Splits first (exact: 800/100/100, 29/4/4, 8/1/1), then half of each cell, rounded up at .5.
+    assert out == {
+        (0, "train"): 400,
+        (0, "validation"): 50,
+        (0, "test"): 50,
+        (1, "train"): 15,
+        (1, "validation"): 2,
+        (1, "test"): 2,
+        (2, "train"): 8,
+        (2, "validation"): 1,
+        (2, "test"): 1,
+    }
+
+
+def test_class_counts_are_exact_per_day_capped_and_shared_among_the_splits_by_size(spark):
+    df = spark.createDataFrame(rows(2000, 7, 30), SCHEMA)
+    p = SampleParams(
+        label_classes=[0, 1, 2],
+        fraction=0.5,
+        class_counts={"0": 101, "1": 10},
+        stratify_splits=True,
+        splits=SPLITS,
+    )
+
+    out = counts_by(sampled(df, p, bucket_bits=2), "label", "split")
+
+    assert out == {
+        # 101 of 2000 over splits of 1600/200/200: 80.8/10.1/10.1, the leftover row to train.
+        (0, "train"): 81,
+        (0, "validation"): 10,
+        (0, "test"): 10,
+        # 10 asked of 7 rows (split 5/1/1): all kept.
+        (1, "train"): 5,
+        (1, "validation"): 1,
+        (1, "test"): 1,
+        # No count: the fraction, per cell of 24/3/3.
+        (2, "train"): 12,
+        (2, "validation"): 2,
+        (2, "test"): 2,
+    }
 
 
 def test_sample_does_not_depend_on_partitioning_or_row_order(spark):
-    data = rows(600, 300)
+    data = rows(600, 300, 5)
     shuffled = list(data)
     random.Random(11).shuffle(shuffled)
-    p = SampleParams(label_classes=[0, 1], class_fractions={"0": 0.4, "1": 0.7}, seed=5)
+    p = SampleParams(
+        label_classes=[0, 1, 2], class_fractions={"0": 0.4, "1": 0.7}, seed=5, stratify_splits=True
+    )
 
-    one = sample.stratified_sample(spark.createDataFrame(data, SCHEMA).repartition(1), p)
-    seven = sample.stratified_sample(spark.createDataFrame(shuffled, SCHEMA).repartition(7), p)
+    one = sampled(spark.createDataFrame(data, SCHEMA).repartition(1), p, bucket_bits=2)
+    seven = sampled(spark.createDataFrame(shuffled, SCHEMA).repartition(7), p, bucket_bits=2)
 
     kept = one.collect()
-    assert 0 < len(kept) < len(data)
+    assert len(kept) == 240 + 210 + 5
     assertDataFrameEqual(seven, kept)
 
 
-def test_a_different_seed_gives_a_different_sample(spark):
+def test_a_different_seed_gives_a_different_sample_of_the_same_size(spark):
     df = spark.createDataFrame(rows(500, 0), SCHEMA)
-    a = {
-        r["id"]
-        for r in sample.stratified_sample(df, SampleParams(label_classes=[0], fraction=0.5, seed=1)).collect()
-    }
-    b = {
-        r["id"]
-        for r in sample.stratified_sample(df, SampleParams(label_classes=[0], fraction=0.5, seed=2)).collect()
-    }
+
+    def ids(seed: int) -> set[str]:
+        p = SampleParams(label_classes=[0], fraction=0.5, seed=seed, splits=ALL_TRAIN)
+        return {r["id"] for r in sampled(df, p).collect()}
+
+    a, b = ids(1), ids(2)
+    assert len(a) == len(b) == 250
     assert a != b
+
+
+def test_a_larger_fraction_keeps_a_superset(spark):
+    df = spark.createDataFrame(rows(300, 50), SCHEMA)
+
+    def ids(fraction: float) -> set[str]:
+        p = SampleParams(label_classes=[0, 1], fraction=fraction, seed=3, splits=ALL_TRAIN)
+        return {r["id"] for r in sampled(df, p, bucket_bits=1).collect()}
+
+    small, large = ids(0.2), ids(0.6)
+    assert (len(small), len(large)) == (70, 210)
+    assert small < large
+
+
+# ------------------------------------------------------------------ splits
 
 
 def test_split_of_an_id_ignores_the_seed_and_other_rows(spark):
@@ -105,13 +217,195 @@ def test_split_shares_follow_the_params(spark):
     assert within_binomial(counts["train"], 2000, 0.5), counts
 
 
+@pytest.mark.parametrize("bucket_bits", [1, exact.DEFAULT_BUCKET_BITS])
+def test_stratified_split_shares_are_exact_per_stratum(spark, bucket_bits):
+    df = spark.createDataFrame(rows_of({0: 100, 1: 37, 2: 10, 3: 1}), SCHEMA)
+    p = SampleParams(label_classes=[0, 1, 2, 3], stratify_splits=True, splits=SPLITS)
+
+    out = counts_by(sample.assign_split(df, p, bucket_bits=bucket_bits), "label", "split")
+
+    assert out == {
+        (0, "train"): 80,
+        (0, "validation"): 10,
+        (0, "test"): 10,
+        (1, "train"): 29,  # 29.6, 3.7, 3.7: the two leftover rows to the larger remainders
+        (1, "validation"): 4,
+        (1, "test"): 4,
+        (2, "train"): 8,
+        (2, "validation"): 1,
+        (2, "test"): 1,
+        (3, "train"): 1,  # one row: to the largest remainder, train's
+    }
+
+
+def test_stratified_split_agrees_with_the_hash_split_except_near_the_cuts(spark):
+    df = spark.createDataFrame(rows(2000, 0), SCHEMA)
+    by_hash = {
+        r["id"]: r["split"] for r in sample.assign_split(df, SampleParams(label_classes=[0])).collect()
+    }
+    exact_p = SampleParams(label_classes=[0], stratify_splits=True)
+    by_rank = {r["id"]: r["split"] for r in sample.assign_split(df, exact_p).collect()}
+
+    assert common.class_counts(sample.assign_split(df, exact_p), "split") == {
+        "train": 1600,
+        "validation": 200,
+        "test": 200,
+    }
+    # Both order rows by the same id hash: only rows between a threshold and its exact cut
+    # move, at most 4 binomial standard deviations per cut (72 + 54 of 2000).
+    moved = sum(1 for k in by_hash if by_hash[k] != by_rank[k])
+    assert moved <= 126, moved
+
+
+def test_several_strata_columns_are_exact_per_combination(spark):
+    schema = "id string, label int, origin string"
+    cells = {(0, "JFK"): 50, (0, "LGA"): 13, (1, "JFK"): 9, (1, "EWR"): 1, (0, None): 4}
+    data = [(f"r-{lbl}-{o}-{i}", lbl, o) for (lbl, o), n in cells.items() for i in range(n)]
+    df = spark.createDataFrame(data, schema)
+    p = SampleParams(
+        label_classes=[0, 1],
+        fraction=0.5,
+        strata=["label", "origin"],
+        stratify_splits=True,
+        splits={"train": 0.6, "validation": 0.2, "test": 0.2},
+    )
+
+    split = sample.assign_split(df, p, bucket_bits=2)
+    out = sample.stratified_sample(split, p, bucket_bits=2)
+
+    assert counts_by(split, "label", "origin", "split") == {
+        (0, "JFK", "train"): 30,
+        (0, "JFK", "validation"): 10,
+        (0, "JFK", "test"): 10,
+        (0, "LGA", "train"): 8,  # 7.8, 2.6, 2.6: leftovers to train, then validation (tie)
+        (0, "LGA", "validation"): 3,
+        (0, "LGA", "test"): 2,
+        (1, "JFK", "train"): 5,  # 5.4, 1.8, 1.8
+        (1, "JFK", "validation"): 2,
+        (1, "JFK", "test"): 2,
+        (1, "EWR", "train"): 1,
+        (0, None, "train"): 2,  # a null origin is a stratum of its own: 2.4, 0.8, 0.8
+        (0, None, "validation"): 1,
+        (0, None, "test"): 1,
+    }
+    assert counts_by(out, "label", "origin", "split") == {
+        (0, "JFK", "train"): 15,
+        (0, "JFK", "validation"): 5,
+        (0, "JFK", "test"): 5,
+        (0, "LGA", "train"): 4,
+        (0, "LGA", "validation"): 2,  # 1.5
+        (0, "LGA", "test"): 1,
+        (1, "JFK", "train"): 3,  # 2.5
+        (1, "JFK", "validation"): 1,
+        (1, "JFK", "test"): 1,
+        (1, "EWR", "train"): 1,
+        (0, None, "train"): 1,
+        (0, None, "validation"): 1,
+        (0, None, "test"): 1,
+    }
+
+
+# ------------------------------------------------------------------ lakeprep_jobs.exact
+
+
+def test_boundary_buckets_are_ranked_exactly_when_many_rows_share_a_bucket(spark):
+    # Two buckets (bucket_bits=1) for 1000 rows: each cut falls inside a bucket of ~250
+    # rows, several cuts in one bucket, so the ranking of the boundary rows decides.
+    df = spark.createDataFrame([(f"r{i}", i % 2) for i in range(1000)], "id string, g int")
+    ks = (0, 1, 2, 137, 199, 200, 201, 499, 500)
+
+    def segments(bucket_bits: int) -> tuple[exact.CutPlan, dict[str, int]]:
+        plan = exact.plan_cuts(
+            df, ["g"], lambda sizes: dict.fromkeys(sizes, ks), seed=4, bucket_bits=bucket_bits
+        )
+        out = exact.apply_cuts(df, plan, "segment")
+        return plan, {r["id"]: r["segment"] for r in out.collect()}
+
+    coarse_plan, coarse = segments(1)
+    assert coarse_plan.sizes == {(0,): 500, (1,): 500}
+    ranked = [cut for cuts in coarse_plan.cuts.values() for cut in cuts if cut.take is not None]
+    assert len(ranked) == 14  # 7 cuts per stratum inside a bucket: the boundary logic ran
+    # Rows before cut i are the rows of segments < i+1: exactly ks[i] per stratum.
+    per_segment = counts_by(spark.createDataFrame(list(coarse.items()), "id string, segment int"), "segment")
+    # A row of rank r (from 0) is past the cuts at or below r: rank 0 in segment 1, ranks
+    # 2..136 in segment 3, 201..498 in 7, nothing past the cut at 500.
+    assert {seg: n for (seg,), n in per_segment.items()} == {
+        1: 2,
+        2: 2,
+        3: 2 * 135,
+        4: 2 * 62,
+        5: 2,
+        6: 2,
+        7: 2 * 298,
+        8: 2,
+    }
+    # The histogram's resolution never changes the result.
+    assert segments(16)[1] == coarse
+    # The sample API is the first segment.
+    first = {
+        r["id"]
+        for r in exact.exact_sample(df, ["g"], {(0,): 200, (1,): 200}, seed=4, bucket_bits=1).collect()
+    }
+    assert first == {i for i, seg in coarse.items() if seg <= 5}
+
+
+def test_exact_sample_takes_a_fraction_counts_or_a_function_of_the_sizes(spark):
+    df = spark.createDataFrame([(f"r{i}", 0 if i < 90 else 1) for i in range(100)], "id string, g int")
+
+    assert counts_by(exact.exact_sample(df, ["g"], 0.5), "g") == {(0,): 45, (1,): 5}
+    # Counts are capped at the stratum's size; strata not named are kept whole.
+    assert counts_by(exact.exact_sample(df, ["g"], {(1,): 50}), "g") == {(0,): 90, (1,): 10}
+    assert counts_by(exact.exact_sample(df, ["g"], {(0,): 3}), "g") == {(0,): 3, (1,): 10}
+    # Undersample to the smallest stratum, in one call.
+    smallest = exact.exact_sample(df, ["g"], lambda sizes: dict.fromkeys(sizes, min(sizes.values())))
+    assert counts_by(smallest, "g") == {(0,): 10, (1,): 10}
+    # No strata: the whole frame is one.
+    assert exact.exact_sample(df, [], {(): 17}, bucket_bits=1).count() == 17
+    with pytest.raises(ValueError, match=r"keep fraction 10 must be in \[0, 1\]"):
+        exact.exact_sample(df, ["g"], 10)
+    with pytest.raises(ValueError, match=r"strata \['nope'\] are not columns"):
+        exact.exact_sample(df, ["nope"], 0.5)
+
+
+def test_exact_split_over_no_strata_and_an_empty_frame(spark):
+    df = spark.createDataFrame([(f"r{i}",) for i in range(11)], "id string")
+    halves = exact.exact_split(df, [], {"a": 0.5, "b": 0.5}, "half", bucket_bits=1)
+    assert counts_by(halves, "half") == {("a",): 6, ("b",): 5}
+
+    empty = spark.createDataFrame([], "id string, g int")
+    assert exact.exact_sample(empty, ["g"], 0.5).count() == 0
+    assert exact.exact_split(empty, ["g"], {"a": 0.5, "b": 0.5}, "half").columns == ["id", "g", "half"]
+
+
+# ------------------------------------------------------------------ params
+
+
 def test_bad_fraction_is_refused_naming_the_class():
     with pytest.raises(ValueError, match=r"sample fraction 1.5 for class '1' must be in \[0, 1\]"):
         SampleParams(label_classes=[0, 1], class_fractions={"1": 1.5})
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"class_counts": {"1": -1}}, r"sample count -1 for class '1' must be an integer >= 0"),
+        ({"class_counts": {"7": 3}}, r"class_counts names class '7'"),
+        ({"class_counts": {"1": 3}, "class_fractions": {"1": 0.5}}, r"classes \['1'\] are in both"),
+        ({"strata": ["origin"], "class_counts": {"1": 3}}, r"must include 'label'"),
+        ({"strata": ["label", "id"]}, r"cannot name \['id'\]"),
+        ({"strata": []}, r"non-empty list of distinct columns"),
+    ],
+)
+def test_bad_sample_params_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SampleParams(label_classes=[0, 1], **kwargs)
+
+
+# ------------------------------------------------------------------ the stage
+
+
 def land(spark, tmp_path, data) -> str:
-    part = f"file://{tmp_path}/select_features/dt=2013-01-01"
+    part = f"file://{tmp_path}/preprocess/dt=2013-01-01"
     spark.createDataFrame(data, SCHEMA).repartition(3).write.parquet(part)
     return part
 
@@ -119,40 +413,86 @@ def land(spark, tmp_path, data) -> str:
 def test_run_end_to_end_report_matches_the_output(spark, tmp_path):
     src = land(spark, tmp_path, rows(1200, 300, 40))
     out_dir = tmp_path / "sample" / "dt=2013-01-01"
-    p = SampleParams(label_classes=[0, 1, 2], class_fractions={"0": 0.5, "2": 0.0}, seed=7, splits=SPLITS)
+    p = SampleParams(
+        label_classes=[0, 1, 2],
+        class_fractions={"0": 0.5, "2": 0.0},
+        seed=7,
+        splits=SPLITS,
+        stratify_splits=True,
+    )
     report = sample.run(spark, [src], f"file://{out_dir}", p)
 
     out = spark.read.parquet(f"file://{out_dir}")
     assert out.columns == ["id", "label", "num__x", "split"]
-    by_class = common.class_counts(out, "label")
-    by_split_class = {
-        (r["split"], str(r["label"])): r["count"] for r in out.groupBy("split", "label").count().collect()
-    }
+    by_split_class = counts_by(out, "split", "label")
 
-    assert report["class_counts_before"] == {"0": 1200, "1": 300, "2": 40}
-    assert report["class_counts_after"] == {"0": by_class["0"], "1": by_class["1"], "2": 0}
-    assert "2" not in by_class and by_class["1"] == 300
-    assert within_binomial(by_class["0"], 1200, 0.5)
-    assert report["splits"] == {
-        s: {c: by_split_class.get((s, c), 0) for c in ("0", "1", "2")}
-        for s in ("train", "validation", "test")
+    assert report["strata"] == {
+        "0": {
+            "train": {"before": 960, "after": 480},
+            "validation": {"before": 120, "after": 60},
+            "test": {"before": 120, "after": 60},
+        },
+        "1": {
+            "train": {"before": 240, "after": 240},
+            "validation": {"before": 30, "after": 30},
+            "test": {"before": 30, "after": 30},
+        },
+        "2": {
+            "train": {"before": 32, "after": 0},
+            "validation": {"before": 4, "after": 0},
+            "test": {"before": 4, "after": 0},
+        },
     }
+    assert report["class_counts_before"] == {"0": 1200, "1": 300, "2": 40}
+    assert report["class_counts_after"] == {"0": 600, "1": 300, "2": 0}
+    assert common.class_counts(out, "label") == {"0": 600, "1": 300}
+    assert report["splits"] == {
+        s: {str(c): by_split_class.get((s, c), 0) for c in (0, 1, 2)} for s in ("train", "validation", "test")
+    }
+    assert report["splits"]["train"] == {"0": 480, "1": 240, "2": 0}
     assert report["rows_in"] == 1540
-    assert report["rows_out"] == out.count()
-    assert report["rows_sampled_out"] == 1540 - out.count()
+    assert report["rows_out"] == out.count() == 900
+    assert report["rows_sampled_out"] == 640
     assert json.loads((out_dir / common.REPORT_NAME).read_text()) == report
+
+
+def test_run_reports_each_stratum_and_split_of_the_hash_split(spark, tmp_path):
+    src = land(spark, tmp_path, rows(500, 60))
+    out_dir = tmp_path / "sample" / "dt=2013-01-01"
+    p = SampleParams(label_classes=[0, 1], fraction=0.25, seed=3)
+
+    report = sample.run(spark, [src], f"file://{out_dir}", p)
+
+    written = counts_by(spark.read.parquet(f"file://{out_dir}"), "label", "split")
+    for label, by_split in report["strata"].items():
+        for split, cell in by_split.items():
+            assert cell["after"] == written.get((int(label), split), 0)
+            assert cell["after"] == math.floor(cell["before"] * 0.25 + 0.5)
+    assert sum(c["before"] for by in report["strata"].values() for c in by.values()) == 560
+
+
+def test_run_on_an_empty_partition_writes_an_empty_sample(spark, tmp_path):
+    src = land(spark, tmp_path, [])
+    out = f"file://{tmp_path}/sample/dt=2013-01-01"
+    p = SampleParams(label_classes=[0, 1], fraction=0.5, stratify_splits=True)
+
+    report = sample.run(spark, [src], out, p)
+
+    assert spark.read.parquet(out).columns == ["id", "label", "num__x", "split"]
+    assert (report["rows_in"], report["rows_out"], report["strata"]) == (0, 0, {})
+    assert report["class_counts_after"] == {"0": 0, "1": 0}
 
 
 def test_run_twice_gives_the_same_partition(spark, tmp_path):
     src = land(spark, tmp_path, rows(300, 100))
     out = f"file://{tmp_path}/sample/dt=2013-01-01"
-    p = SampleParams(label_classes=[0, 1], class_fractions={"0": 0.5}, seed=7)
+    p = SampleParams(label_classes=[0, 1], class_fractions={"0": 0.5}, seed=7, stratify_splits=True)
     first_report = sample.run(spark, [src], out, p)
     first = spark.read.parquet(out).collect()
 
     second_report = sample.run(spark, [src], out, p)
 
     assert second_report == first_report
-    assert 0 < len(first) < 400
+    assert len(first) == 250
     assertDataFrameEqual(spark.read.parquet(out), first)
     assert not list((tmp_path / "sample" / "_staging").iterdir())

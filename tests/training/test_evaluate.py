@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import shutil
+
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -38,7 +41,40 @@ def test_padded_rows_count_once(export_padded):
 
     result = evaluate_split(model_for(manifest), manifest, "validation", torch.device("cpu"))
     assert result["rows"] == len(labels_by_id) == 53
-    assert result["baseline"]["accuracy"] == pytest.approx(max(positives, 53 - positives) / 53)
+    train = manifest.split("train").class_counts
+    majority = 1 if train["1"] > train["0"] else 0
+    assert result["baseline"]["majority_class"] == majority
+    expected = positives if majority == 1 else 53 - positives
+    assert result["baseline"]["accuracy"] == pytest.approx(expected / 53)
+
+
+def test_the_baseline_is_the_training_majority_as_sampled(tmp_path, export_two_ranks, edit_manifest):
+    """Not the evaluated split's own majority, nor the train split after balancing."""
+    shutil.copytree(export_two_ranks.parent, tmp_path / "export")
+    path = tmp_path / "export" / "manifest.json"
+    manifest = load_manifest(str(path))
+    model = model_for(manifest)
+    labels = np.concatenate(
+        [
+            pq.read_table(s.location, columns=["label"]).column("label").to_numpy()
+            for s in manifest.split("test").shards
+        ]
+    )
+    test_majority = int(np.bincount(labels, minlength=2).argmax())
+    other = 1 - test_majority
+
+    def natural_majority_is_the_other_class(raw):
+        train = raw["splits"]["train"]
+        # Balanced for training, but as sampled the other class dominated.
+        train["class_counts_natural"] = {str(other): 250, str(test_majority): 50}
+
+    edit_manifest(path, natural_majority_is_the_other_class)
+    result = evaluate_split(model, load_manifest(str(path)), "test", torch.device("cpu"))
+    baseline = result["baseline"]
+    assert baseline["majority_class"] == other and baseline["source"] == "train"
+    assert baseline["accuracy"] == pytest.approx(float((labels == other).mean()))
+    assert baseline["accuracy"] < 0.5 and baseline["balanced_accuracy"] == 0.5 and baseline["auc"] == 0.5
+    assert 0.0 <= result["balanced_accuracy"] <= 1.0
 
 
 def test_padded_training_split_keeps_the_plan(export_padded):

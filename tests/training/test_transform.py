@@ -149,6 +149,107 @@ def test_numeric_inputs_of_other_types_cast_to_double():
         tf.clean_numeric(pa.array([0], pa.date32()), where="numeric 'd'")
 
 
+# ----------------------------------------------------------- selection and PCA
+
+
+def pca_doc() -> dict:
+    """Two inputs projected on two components: weights and means chosen to compute by hand."""
+    inputs = [
+        numeric("x", fill=10.0, scaling="standard", center=10.0, scale=2.0),
+        numeric("y", fill=0.0, scaling="minmax", center=0.0, scale=4.0),
+    ]
+    doc = make_doc(
+        numerics=[
+            {"name": "pc1", "output": "num__pc1", "pca_component": 1},
+            {"name": "pc2", "output": "num__pc2", "pca_component": 2},
+        ],
+        categoricals=[],
+        texts=[],
+    )
+    doc["pca"] = {
+        "method": "PCA",
+        "k": 2,
+        "variance_target": None,
+        "inputs": inputs,
+        "mean": [0.5, 0.25],
+        "components": [[0.6, 0.8], [-0.8, 0.6]],
+        "explained_variance": [0.7, 0.3],
+        "outputs": ["num__pc1", "num__pc2"],
+    }
+    doc["dropped"] = [{"name": "flat", "reason": "variance 0 <= min_variance 1e-06"}]
+    doc["selection"] = {
+        "variance_threshold": {
+            "method": "VarianceThresholdSelector",
+            "threshold": 1e-6,
+            "scores": [
+                {
+                    "name": "flat",
+                    "output": "num__flat",
+                    "test": "variance",
+                    "statistic": 0.0,
+                    "p_value": None,
+                    "degrees_of_freedom": None,
+                    "kept": False,
+                    "reason": "variance 0 <= min_variance 1e-06",
+                }
+            ],
+        },
+        "univariate": None,
+    }
+    return tf.check_document(doc)
+
+
+def test_pca_components_are_centred_weighted_sums_of_the_scaled_inputs():
+    doc = pca_doc()
+    assert tf.feature_outputs(doc) == ["num__pc1", "num__pc2"]
+    out = tf.apply_transform({"x": pa.array([12.0, None]), "y": pa.array([2.0, 4.0])}, doc)
+    # scaled x = [1, 0 (the fill)], y = [0.5, 1]; centred [0.5, -0.5] and [0.25, 0.75]
+    assert set(out) == {"num__pc1", "num__pc2"} and out["num__pc1"].dtype == np.float32
+    np.testing.assert_allclose(out["num__pc1"], [0.6 * 0.5 + 0.8 * 0.25, 0.6 * -0.5 + 0.8 * 0.75], atol=1e-7)
+    np.testing.assert_allclose(out["num__pc2"], [-0.8 * 0.5 + 0.6 * 0.25, 0.8 * 0.5 + 0.6 * 0.75], atol=1e-7)
+
+
+def test_pca_input_columns_are_required_by_name():
+    with pytest.raises(tf.TransformError, match=r"numeric feature 'y' \(PCA input num__y\) is not among"):
+        tf.apply_transform({"x": pa.array([1.0])}, pca_doc())
+
+
+def test_an_inconsistent_projection_is_refused_naming_the_field():
+    doc = pca_doc()
+    doc["pca"]["mean"] = [0.5]
+    doc["pca"]["components"][1] = [0.1, 0.2, 0.3]
+    doc["numeric"][1]["output"] = "num__other"
+    doc["numeric"].append({"name": "pc3", "output": "num__pc3", "pca_component": 3})
+    with pytest.raises(tf.TransformError) as err:
+        tf.check_document(doc, "run/transform.json")
+    message = str(err.value)
+    assert "run/transform.json: pca.mean: 1 values for 2 inputs" in message
+    assert "pca.components[1]: 3 weights for 2 inputs" in message
+    assert "numeric[1] (pc2).output: 'num__other' != pca.outputs[1] 'num__pc2'" in message
+    assert "numeric[2] (pc3).pca_component: 3, but pca has 2 components" in message
+
+
+def test_a_component_without_a_projection_is_refused():
+    doc = pca_doc()
+    doc["pca"] = None
+    with pytest.raises(
+        tf.TransformError, match=r"numeric\[0\] \(pc1\)\.pca_component: 1, but the document has no pca"
+    ):
+        tf.check_document(doc)
+
+
+def test_the_schema_checks_selection_scores():
+    doc = pca_doc()
+    doc["selection"]["variance_threshold"]["scores"][0]["p_value"] = 2.0
+    del doc["pca"]["outputs"]
+    with pytest.raises(tf.TransformError) as err:
+        tf.check_document(doc)
+    assert "selection.variance_threshold.scores[0].p_value: 2.0 is greater than the maximum of 1" in str(
+        err.value
+    )
+    assert "'outputs' is a required property" in str(err.value)
+
+
 # --------------------------------------------------------------------- categoricals
 
 

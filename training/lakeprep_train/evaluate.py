@@ -1,4 +1,10 @@
-"""Evaluate a model on every row of one split: loss, accuracy, AUC and the baseline."""
+"""Evaluate a model on every row of one split: loss, accuracy, AUC and the baseline.
+
+The baseline always predicts the training split's majority class as sampled (the
+manifest's `splits.train.class_counts_natural`, before balancing), scored on the
+evaluated split: validation and test keep the real class distribution, so a model must
+beat what knowing only the training prior would give.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from lakeprep_train.dataset import split_batches
-from lakeprep_train.metrics import macro_auc, majority_baseline, roc_auc
+from lakeprep_train.metrics import balanced_accuracy, macro_auc, majority_baseline, roc_auc, training_majority
 
 if TYPE_CHECKING:
     from lakeprep_train.manifest import Manifest
@@ -81,12 +87,15 @@ def evaluate_split(
         loss = F.cross_entropy(logits, target)
         predicted = logits.argmax(dim=1).numpy()
         auc = macro_auc(torch.softmax(logits, dim=1).numpy(), labels)
+    classes = manifest.label.classes
+    majority = training_majority(manifest.split("train").natural_class_counts, classes)
     result = {
         "loss": float(loss),
         "accuracy": float((predicted == labels).mean()),
+        "balanced_accuracy": balanced_accuracy(predicted, labels, len(classes)),
         "auc": auc,
         "rows": int(len(labels)),
-        "baseline": majority_baseline(labels, manifest.label.classes),
+        "baseline": majority_baseline(labels, classes, majority_class=majority),
     }
     if per_row:
         probabilities = class_probabilities(logits)

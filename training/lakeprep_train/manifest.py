@@ -113,6 +113,14 @@ class Split:
     class_counts: dict[str, int]
     plan: Plan
     shards: tuple[Shard, ...]
+    # Train: rows per class as sampled, before balancing and augmentation (None in a
+    # manifest written before balancing existed; `class_counts` is natural then).
+    class_counts_natural: dict[str, int] | None = None
+
+    @property
+    def natural_class_counts(self) -> dict[str, int]:
+        """Rows per class as sampled: what the real distribution of this split looks like."""
+        return dict(self.class_counts_natural if self.class_counts_natural is not None else self.class_counts)
 
     def shards_for_rank(self, rank: int) -> tuple[Shard, ...]:
         return tuple(s for s in self.shards if s.rank == rank)
@@ -252,6 +260,12 @@ def _split_problems(where: str, split: dict[str, Any], classes: list[str]) -> li
         problems.append(
             f"{where}.class_counts: they sum to {sum(counts.values())}, rows_available is {available}"
         )
+    natural = split.get("class_counts_natural")
+    if natural is not None and sorted(natural) != sorted(classes):
+        problems.append(
+            f"{where}.class_counts_natural: keys {sorted(natural)} do not match "
+            f"label.classes {sorted(classes)}"
+        )
 
     shards = split["shards"]
     n_before = len(problems)
@@ -333,7 +347,16 @@ def _build(raw: dict[str, Any], location: str) -> Manifest:
             Shard(x["path"], storage.join(folder, x["path"]), x["rank"], x["rows"], x["bytes"], x["sha256"])
             for x in s["shards"]
         )
-        splits[name] = Split(name, s["rows"], s["rows_available"], dict(s["class_counts"]), plan, shards)
+        natural = s.get("class_counts_natural")
+        splits[name] = Split(
+            name,
+            s["rows"],
+            s["rows_available"],
+            dict(s["class_counts"]),
+            plan,
+            shards,
+            dict(natural) if natural is not None else None,
+        )
     transform = raw.get("transform")
     return Manifest(
         location=location,

@@ -1,4 +1,9 @@
-"""Evaluation metrics in numpy: accuracy, ROC AUC and the majority-class baseline.
+"""Evaluation metrics in numpy: accuracy, balanced accuracy, ROC AUC and the majority-class baseline.
+
+The baseline is the honest one: always predicting the **training** split's majority class
+(as sampled, before balancing), scored on the evaluated split. Taking the majority of the
+evaluated split itself would peek at its labels; taking it from a re-balanced train split
+would pick an arbitrary class.
 
 scikit-learn is not a dependency of the trainer, so AUC is the Mann-Whitney U
 statistic computed from ranks, with tied scores given their average rank (the same
@@ -7,7 +12,7 @@ definition as ``sklearn.metrics.roc_auc_score``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -53,12 +58,55 @@ def macro_auc(probabilities: np.ndarray, labels: np.ndarray) -> float | None:
     return float(np.mean(defined)) if defined else None
 
 
-def majority_baseline(labels: np.ndarray, classes: Sequence[int]) -> dict[str, object]:
-    """The accuracy of always predicting the most frequent class of ``labels`` (class indices)."""
-    counts = np.bincount(np.asarray(labels, dtype=np.int64), minlength=len(classes))
-    majority = int(np.argmax(counts))
-    total = int(counts.sum())
+def balanced_accuracy(predicted: np.ndarray, labels: np.ndarray, n_classes: int) -> float | None:
+    """Mean recall over the classes present in ``labels`` (class indices); None without rows.
+
+    A constant prediction scores ``1 / classes present`` whatever the class balance, so it
+    shows whether a model learned anything on imbalanced data, where accuracy need not.
+    """
+    predicted = np.asarray(predicted, dtype=np.int64)
+    labels = np.asarray(labels, dtype=np.int64)
+    recalls = [float((predicted[labels == k] == k).mean()) for k in range(n_classes) if (labels == k).any()]
+    return float(np.mean(recalls)) if recalls else None
+
+
+def training_majority(class_counts: Mapping[str, int], classes: Sequence[int]) -> int:
+    """The most frequent class value of ``class_counts`` (keys: class values as strings).
+
+    Ties go to the class listed first in ``classes``, so the choice is stable.
+    """
+    counts = [int(class_counts.get(str(c), 0)) for c in classes]
+    return classes[int(np.argmax(counts))]
+
+
+def majority_baseline(
+    labels: np.ndarray, classes: Sequence[int], majority_class: int | None = None
+) -> dict[str, object]:
+    """Metrics of always predicting ``majority_class`` on ``labels`` (class indices).
+
+    :param majority_class: the class value to predict, the training majority
+        (:func:`training_majority`); without it, the most frequent class of ``labels``
+        themselves (``source`` says which).
+    :returns: ``majority_class``, ``source`` (``train`` or ``evaluated split``),
+        ``accuracy``, ``balanced_accuracy`` and ``auc`` (a constant score: 0.5 when both
+        outcomes occur) of that constant prediction.
+    """
+    labels = np.asarray(labels, dtype=np.int64)
+    if majority_class is None:
+        counts = np.bincount(labels, minlength=len(classes))
+        index, source = int(np.argmax(counts)), "evaluated split"
+    else:
+        index, source = list(classes).index(majority_class), "train"
+    predicted = np.full(len(labels), index, dtype=np.int64)
+    constant = np.zeros(len(labels))
+    if len(classes) == 2:
+        auc = roc_auc(constant, labels == 1)
+    else:
+        auc = macro_auc(np.zeros((len(labels), len(classes))), labels)
     return {
-        "majority_class": classes[majority],
-        "accuracy": float(counts[majority] / total) if total else None,
+        "majority_class": classes[index],
+        "source": source,
+        "accuracy": float((labels == index).mean()) if len(labels) else None,
+        "balanced_accuracy": balanced_accuracy(predicted, labels, len(classes)),
+        "auc": auc,
     }

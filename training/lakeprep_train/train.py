@@ -252,7 +252,8 @@ def fit(
             history.append({"epoch": epoch + 1, "train_loss": train_losses[-1], "validation": validation})
             log.info(
                 "epoch %d/%d: train_loss %.4f on %d rows in %d steps/rank (%.0f samples/s); validation "
-                "loss %.4f accuracy %.4f auc %s (majority baseline %.4f)",
+                "loss %.4f accuracy %.4f balanced accuracy %.4f auc %s (baseline: always class %s, the "
+                "training majority: accuracy %.4f)",
                 epoch + 1,
                 args.epochs,
                 train_losses[-1],
@@ -261,7 +262,9 @@ def fit(
                 total_rows / slowest if slowest else 0.0,
                 validation["loss"],
                 validation["accuracy"],
+                validation["balanced_accuracy"],
                 "n/a" if validation["auc"] is None else f"{validation['auc']:.4f}",
+                validation["baseline"]["majority_class"],
                 validation["baseline"]["accuracy"],
             )
         if distributed:

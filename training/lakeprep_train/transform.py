@@ -129,6 +129,9 @@ def check_document(doc: Any, where: str = "transform.json") -> dict[str, Any]:
                 problems.append(f"{at}.output: {spec['output']!r} is used twice or reserved")
             seen.add(spec["output"])
             if role == "numeric":
+                if "pca_component" in spec:
+                    problems += _component_problems(doc.get("pca"), spec, at)
+                    continue
                 clip = spec["clip"]
                 if clip is not None and clip["lower"] > clip["upper"]:
                     problems.append(f"{at}.clip: lower {clip['lower']} is above upper {clip['upper']}")
@@ -153,6 +156,8 @@ def check_document(doc: Any, where: str = "transform.json") -> dict[str, Any]:
                     java_regex(spec["tokenizer"]["pattern"])
                 except TransformError as err:
                     problems.append(f"{at}.tokenizer.pattern: {err}")
+    if doc.get("pca"):
+        problems += _pca_problems(doc["pca"], f"{where}: pca")
     validate = doc["contract"]["validate"]
     for key in ("columns", "id_column", "label_column"):
         if key not in validate:
@@ -161,6 +166,39 @@ def check_document(doc: Any, where: str = "transform.json") -> dict[str, Any]:
         listed = "\n".join(f"  - {p}" for p in problems)
         raise TransformError(f"{where}: inconsistent transform:\n{listed}")
     return doc
+
+
+def _component_problems(pca: Mapping[str, Any] | None, spec: Mapping[str, Any], at: str) -> list[str]:
+    component = spec["pca_component"]
+    if not pca:
+        return [f"{at}.pca_component: {component}, but the document has no pca"]
+    if component > len(pca["outputs"]):
+        return [f"{at}.pca_component: {component}, but pca has {len(pca['outputs'])} components"]
+    expected = pca["outputs"][component - 1]
+    if expected != spec["output"]:
+        return [f"{at}.output: {spec['output']!r} != pca.outputs[{component - 1}] {expected!r}"]
+    return []
+
+
+def _pca_problems(pca: Mapping[str, Any], at: str) -> list[str]:
+    """The projection's shapes agree: k components of len(inputs) weights, one mean per input."""
+    problems = []
+    n, k = len(pca["inputs"]), pca["k"]
+    if len(pca["mean"]) != n:
+        problems.append(f"{at}.mean: {len(pca['mean'])} values for {n} inputs")
+    for name in ("components", "explained_variance", "outputs"):
+        if len(pca[name]) != k:
+            problems.append(f"{at}.{name}: {len(pca[name])} entries for k = {k}")
+    for j, row in enumerate(pca["components"]):
+        if len(row) != n:
+            problems.append(f"{at}.components[{j}]: {len(row)} weights for {n} inputs")
+    for i, spec in enumerate(pca["inputs"]):
+        clip = spec["clip"]
+        if clip is not None and clip["lower"] > clip["upper"]:
+            problems.append(f"{at}.inputs[{i}] ({spec['name']}).clip: lower {clip['lower']} is above upper")
+    if sum(pca["explained_variance"]) > 1 + 1e-9:
+        problems.append(f"{at}.explained_variance: sums to {sum(pca['explained_variance'])} > 1")
+    return problems
 
 
 # ------------------------------------------------------------------ Spark's hashing
@@ -682,13 +720,35 @@ class Tokenizer:
 # ------------------------------------------------------------------------ encoding
 
 
-def encode_numeric(values: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """Step 3 for a numeric: fill the missing (NaN), clip, ``(x - center) / scale``, float32."""
+def scale_numeric(values: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+    """Fill the missing (NaN), clip, ``(x - center) / scale``, in float64 as Spark computes it."""
     x = np.where(np.isnan(values), float(spec["fill"]), values)
     clip = spec["clip"]
     if clip is not None:
         x = np.minimum(np.maximum(x, float(clip["lower"])), float(clip["upper"]))
-    return ((x - float(spec["center"])) / float(spec["scale"])).astype(np.float32)
+    return (x - float(spec["center"])) / float(spec["scale"])
+
+
+def encode_numeric(values: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+    """Step 3 for a numeric: fill the missing (NaN), clip, ``(x - center) / scale``, float32."""
+    return scale_numeric(values, spec).astype(np.float32)
+
+
+def project_pca(scaled: Sequence[np.ndarray], pca: Mapping[str, Any]) -> np.ndarray:
+    """The principal components of the scaled inputs (float64 ``[n]`` each): float32 ``[k, n]``.
+
+    ``sum_i (x_i - mean_i) * components[j][i]``, summed left to right as the Spark SQL of
+    ``lakeprep_jobs.transform.pca_expr`` is, so the doubles agree before the float32 cast.
+    """
+    centred = [x - float(m) for x, m in zip(scaled, pca["mean"], strict=True)]
+    n = len(centred[0]) if centred else 0
+    out = np.empty((len(pca["components"]), n), dtype=np.float32)
+    for j, weights in enumerate(pca["components"]):
+        total = centred[0] * float(weights[0])
+        for x, w in zip(centred[1:], weights[1:], strict=True):
+            total = total + x * float(w)
+        out[j] = total.astype(np.float32)
+    return out
 
 
 def encode_categorical(cleaned: pa.Array, spec: Mapping[str, Any]) -> np.ndarray:
@@ -762,8 +822,14 @@ def apply_transform(
                 f"label column {label_column!r} has missing values; serving rejects them first"
             )
         out["label"] = labels.astype(np.int32)
+    projected = None
     for role in ROLES:
         for spec in doc[role]:
+            if "pca_component" in spec:  # a principal component of doc["pca"]'s inputs
+                if projected is None:
+                    projected = _project(columns, doc["pca"])
+                out[spec["output"]] = projected[spec["pca_component"] - 1]
+                continue
             name = spec["name"]
             if name not in columns:
                 raise TransformError(
@@ -780,6 +846,19 @@ def apply_transform(
             if len(out[spec["output"]]) != n:
                 raise TransformError(f"column {name!r} has {len(out[spec['output']])} rows, expected {n}")
     return out
+
+
+def _project(columns: Mapping[str, pa.Array], pca: Mapping[str, Any]) -> np.ndarray:
+    scaled = []
+    for spec in pca["inputs"]:
+        name = spec["name"]
+        if name not in columns:
+            raise TransformError(
+                f"numeric feature {name!r} (PCA input {spec['output']}) is not among the columns "
+                f"{sorted(columns)}"
+            )
+        scaled.append(scale_numeric(clean_numeric(columns[name], where=f"numeric {name!r}"), spec))
+    return project_pca(scaled, pca)
 
 
 def _columns(table: pa.Table | Mapping[str, Any]) -> dict[str, pa.Array]:
