@@ -20,8 +20,8 @@ from airflow.sdk import BaseOperator
 
 from lakeprep_airflow import drift, lake_fs
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root
-from lakeprep_airflow.operators.spark_stage import parse_overrides
+from lakeprep_airflow.locations import require_lake_root
+from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 from lakeprep_contracts import documents, layout
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def judged_columns(spec: spec_mod.DatasetSpec) -> list[str]:
     return [*features, spec.data["label"]["column"]]
 
 
-class DriftCheckOperator(BaseOperator):
+class DriftCheckOperator(RunSpecMixin, BaseOperator):
     """Compare the run's day's statistics with the window's earlier days, per feature.
 
     :param spec_path: the dataset spec (`stages.check_drift`, the window). (templated)
@@ -53,25 +53,12 @@ class DriftCheckOperator(BaseOperator):
     :param webhdfs_conn_id: connection used for `hdfs://` lakes.
     """
 
-    template_fields: Sequence[str] = ("spec_path", "lake_root", "run_ds", "overrides")
+    template_fields: Sequence[str] = RUN_SPEC_FIELDS
     ui_color = "#fdf2d0"
 
-    def __init__(
-        self,
-        *,
-        spec_path: str,
-        lake_root: str = LAKE_ROOT_TEMPLATE,
-        run_ds: str = RUN_DS_TEMPLATE,
-        overrides: dict[str, str] | None = None,
-        webhdfs_conn_id: str = "webhdfs_default",
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, **kwargs: Any) -> None:
+        # The spec fields are RunSpecMixin's; an own __init__ lets Airflow apply default_args.
         super().__init__(**kwargs)
-        self.spec_path = spec_path
-        self.lake_root = lake_root
-        self.run_ds = run_ds
-        self.overrides = overrides
-        self.webhdfs_conn_id = webhdfs_conn_id
 
     def read_day(self, lake_root: str, dataset: str, ds: str) -> tuple[dict[str, Any] | None, list[str]]:
         """One day's stats (validate's, then preprocess's columns), or None; and the files read.
@@ -100,7 +87,7 @@ class DriftCheckOperator(BaseOperator):
         return drift.merge_stats(docs), read
 
     def execute(self, context: Context) -> dict[str, Any]:
-        spec = spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
+        spec = self.run_spec()
         lake_root = require_lake_root(self.lake_root)
         params = drift_params(spec)
         days = spec_mod.run_window(spec, self.run_ds)  # oldest first, ending at run_ds

@@ -28,13 +28,11 @@ from airflow.sdk import BaseOperator
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.locations import (
-    LAKE_ROOT_TEMPLATE,
-    RUN_DS_TEMPLATE,
     contracts_dir,
     require_lake_root,
     training_dir,
 )
-from lakeprep_airflow.operators.spark_stage import parse_overrides
+from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -83,7 +81,7 @@ def _copy_tree_down(fs: lake_fs.LakeFS, src: str, dst: Path) -> None:
             (dst / entry.name).write_bytes(fs.read_bytes(lake_fs.join(src, entry.name)))
 
 
-class GpuTrainingHandoffOperator(BaseOperator):
+class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
     """Train on the run's manifest and record the trainer's metrics.
 
     :param spec_path: the dataset spec (training section: backend, world_size, epochs). (templated)
@@ -93,25 +91,12 @@ class GpuTrainingHandoffOperator(BaseOperator):
     :param webhdfs_conn_id: connection used for `hdfs://` lakes.
     """
 
-    template_fields: Sequence[str] = ("spec_path", "lake_root", "run_ds", "overrides")
+    template_fields: Sequence[str] = RUN_SPEC_FIELDS
     ui_color = "#f6e8fa"
 
-    def __init__(
-        self,
-        *,
-        spec_path: str,
-        lake_root: str = LAKE_ROOT_TEMPLATE,
-        run_ds: str = RUN_DS_TEMPLATE,
-        overrides: dict[str, str] | None = None,
-        webhdfs_conn_id: str = "webhdfs_default",
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, **kwargs: Any) -> None:
+        # The spec fields are RunSpecMixin's; an own __init__ lets Airflow apply default_args.
         super().__init__(**kwargs)
-        self.spec_path = spec_path
-        self.lake_root = lake_root
-        self.run_ds = run_ds
-        self.overrides = overrides
-        self.webhdfs_conn_id = webhdfs_conn_id
 
     def locations(self, spec: spec_mod.DatasetSpec) -> tuple[str, str]:
         """(export partition URI, model output URI) for this run."""
@@ -124,7 +109,7 @@ class GpuTrainingHandoffOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow.providers.standard.hooks.subprocess import SubprocessHook
 
-        spec = spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
+        spec = self.run_spec()
         training = spec.training
         if training["backend"] != "local":
             raise ValueError(f"training backend {training['backend']!r} is not supported; use 'local'")

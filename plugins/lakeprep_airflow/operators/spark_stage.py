@@ -28,7 +28,9 @@ from airflow.sdk.exceptions import AirflowException
 
 from lakeprep_airflow import jobs_package, lake_fs
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root
+from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin, parse_overrides
+
+__all__ = ["SparkStageOperator", "StageFailed", "parse_overrides", "stage_argv"]
 from lakeprep_airflow.partition_status import check_partition
 
 if TYPE_CHECKING:
@@ -50,24 +52,7 @@ class StageFailed(AirflowException):
     """A stage's job failed; the message is the job's own error, not spark-submit's."""
 
 
-def parse_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
-    """Rendered template values arrive as strings: read them back as JSON scalars.
-
-    `"0.5"` -> 0.5, `"7"` -> 7, `"true"` -> True; anything that is not JSON stays a string
-    (and the spec schema then decides whether a string is acceptable there).
-    """
-    parsed: dict[str, Any] = {}
-    for key, value in (overrides or {}).items():
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                pass
-        parsed[key] = value
-    return parsed
-
-
-class SparkStageOperator(SparkSubmitOperator):
+class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
     """Run one lakeprep stage (`validate` ... `export_shards`) for one logical date.
 
     :param stage: the stage name, one of `lakeprep_airflow.spec.STAGES`.
@@ -80,36 +65,14 @@ class SparkStageOperator(SparkSubmitOperator):
     :param kwargs: passed to `SparkSubmitOperator` (`conn_id`, `conf`, resources, ...).
     """
 
-    template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields,
-        "spec_path",
-        "lake_root",
-        "run_ds",
-        "overrides",
-    )
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, *RUN_SPEC_FIELDS)
 
-    def __init__(
-        self,
-        *,
-        stage: str,
-        spec_path: str,
-        lake_root: str = LAKE_ROOT_TEMPLATE,
-        run_ds: str = RUN_DS_TEMPLATE,
-        overrides: dict[str, str] | None = None,
-        webhdfs_conn_id: str = "webhdfs_default",
-        window_task_id: str = "wait_for_window",
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, stage: str, window_task_id: str = "wait_for_window", **kwargs: Any) -> None:
         if stage not in spec_mod.STAGES:
             raise ValueError(f"stage {stage!r} must be one of {spec_mod.STAGES}")
         kwargs.setdefault("name", f"lakeprep-{stage}-{{{{ run_id | replace(':', '') }}}}")
         super().__init__(**kwargs)
         self.stage = stage
-        self.spec_path = spec_path
-        self.lake_root = lake_root
-        self.run_ds = run_ds
-        self.overrides = overrides
-        self.webhdfs_conn_id = webhdfs_conn_id
         self.window_task_id = window_task_id
         self._error_file: str | None = None
 
@@ -121,8 +84,8 @@ class SparkStageOperator(SparkSubmitOperator):
         `window` is `wait_for_window`'s decision (window stages only). Returns (inputs,
         output). Split from `execute` so tests can compare argv as lists.
         """
-        spec = spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
-        lake_root = require_lake_root(self.lake_root)
+        spec = self.run_spec()
+        lake_root = self.lake_root_uri()
         windowed = self.stage in spec_mod.WINDOW_STAGES
         if windowed and not window:
             raise ValueError(f"stage {self.stage} needs the window decided by task {self.window_task_id!r}")

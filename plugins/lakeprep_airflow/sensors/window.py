@@ -33,8 +33,9 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowSensorTimeout
 
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root
+from lakeprep_airflow.locations import require_lake_root
 from lakeprep_airflow.partition_status import check_partition
+from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -69,7 +70,7 @@ def empty_window(days: Sequence[str]) -> dict[str, list[str]]:
     return {"days": list(days), "complete": [], "failed": [], "missing": [], "before_start": []}
 
 
-class WindowSensor(BaseSensorOperator):
+class WindowSensor(RunSpecMixin, BaseSensorOperator):
     """Wait until every earlier day of the run's window has a final outcome.
 
     :param spec_path: the dataset spec (`window.days`, `start_date`). (templated)
@@ -80,33 +81,13 @@ class WindowSensor(BaseSensorOperator):
     :param webhdfs_conn_id: connection used for `hdfs://` lakes.
     """
 
-    template_fields: Sequence[str] = ("spec_path", "lake_root", "run_ds", "overrides")
+    template_fields: Sequence[str] = RUN_SPEC_FIELDS
     ui_color = "#e8f1fa"
 
-    def __init__(
-        self,
-        *,
-        spec_path: str,
-        lake_root: str = LAKE_ROOT_TEMPLATE,
-        run_ds: str = RUN_DS_TEMPLATE,
-        overrides: dict[str, str] | None = None,
-        sample_task_id: str = "sample",
-        webhdfs_conn_id: str = "webhdfs_default",
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, *, sample_task_id: str = "sample", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.spec_path = spec_path
-        self.lake_root = lake_root
-        self.run_ds = run_ds
-        self.overrides = overrides
         self.sample_task_id = sample_task_id
-        self.webhdfs_conn_id = webhdfs_conn_id
         self._waiting_on: list[str] = []
-
-    def _spec(self) -> spec_mod.DatasetSpec:
-        from lakeprep_airflow.operators.spark_stage import parse_overrides
-
-        return spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
 
     def _partition_complete(self, lake_root: str, dataset: str, day: str) -> bool:
         uri = spec_mod.lake_uri(lake_root, "sample", dataset, day)
@@ -123,7 +104,7 @@ class WindowSensor(BaseSensorOperator):
         return True, run_states.get(self.sample_task_id)
 
     def poke(self, context: Context) -> PokeReturnValue:
-        spec = self._spec()
+        spec = self.run_spec()
         lake_root = require_lake_root(self.lake_root)
         days = spec_mod.run_window(spec, self.run_ds)
         window = empty_window(days)
