@@ -154,6 +154,21 @@ def delete(spark: SparkSession, uri: str) -> None:
     fs.delete(path, True)
 
 
+def read_complete(spark: SparkSession, inputs: list[str]) -> DataFrame:
+    """Read committed partitions only: each input needs its `_SUCCESS`.
+
+    A partition that failed its contract is committed without the marker (so it can be
+    inspected); a stage run by hand must not build on it any more than a task would.
+    """
+    incomplete = [u for u in inputs if not exists(spark, layout.join(u, layout.SUCCESS))]
+    if incomplete:
+        raise FileNotFoundError(
+            f"input partition(s) {incomplete} are not complete (no {layout.SUCCESS}): "
+            "the stage that writes them failed or has not finished"
+        )
+    return spark.read.parquet(*inputs)
+
+
 def read_report(spark: SparkSession, partition: str) -> dict[str, Any]:
     return json.loads(read_text(spark, f"{partition.rstrip('/')}/{REPORT_NAME}"))
 

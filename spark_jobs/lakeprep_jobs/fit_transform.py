@@ -772,7 +772,7 @@ def check_document(doc: dict[str, Any], where: str) -> None:
 def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    window = spark.read.parquet(*inputs)
+    window = common.read_complete(spark, inputs)
     train = window.filter(F.col(layout.SPLIT) == "train").cache()
     counts = {r[0]: int(r[1]) for r in window.groupBy(layout.SPLIT).count().collect()}
     rows = counts.get("train", 0)

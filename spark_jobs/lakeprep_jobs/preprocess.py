@@ -133,7 +133,7 @@ def clean_features(df: DataFrame, p: PreprocessParams) -> DataFrame:
 def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    validated = spark.read.parquet(*inputs)
+    validated = common.read_complete(spark, inputs)
     if p.deduplicate:
         # Cached: counted, then written as the partition and its quarantine.
         flagged = flag_duplicates(validated, p.id_column).cache()

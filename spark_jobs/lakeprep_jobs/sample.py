@@ -247,7 +247,7 @@ def strata_report(
 def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) -> dict[str, Any]:
     from pyspark import StorageLevel
 
-    df = spark.read.parquet(*inputs)
+    df = common.read_complete(spark, inputs)
     split = assign_split(df, p)
     if p.stratify_splits:  # planned and ranked: compute it once for the sample's three reads
         split = split.persist(StorageLevel.MEMORY_AND_DISK)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from lakeprep_contracts.text import TOKENIZER
@@ -206,3 +207,11 @@ def test_unparseable_reference_key_is_no_match_not_a_failed_day(spark):
     joined = preprocess.join_references(main, [(spec, ref)])
     got = {r["k"]: (r["w"], r["_matched__r"]) for r in joined.collect()}
     assert got == {1: ("x", True), 2: (None, None)}
+
+
+def test_an_uncommitted_input_is_refused(spark, tmp_path):
+    src, ref_uri = land(spark, tmp_path)
+    (tmp_path / "validate" / "dt=2013-01-01" / "_SUCCESS").unlink()
+    with pytest.raises(FileNotFoundError, match=r"dt=2013-01-01'\] are not complete \(no _SUCCESS\)"):
+        preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri))
+    assert not (tmp_path / "out").exists()
