@@ -64,8 +64,8 @@ def collect(
         "drift": _drift_view(drift),
         "transform": (
             {
-                "uri": (manifest or {}).get("transform", {}).get("uri")
-                or layout.join(lake_uri(lake_root, "fit_transform", dataset, ds), layout.TRANSFORM),
+                # Where it was fitted (the export and the model folder hold copies).
+                "uri": layout.join(lake_uri(lake_root, "fit_transform", dataset, ds), layout.TRANSFORM),
                 "fitted_on_rows": fit.get("fitted_on_rows"),
                 "vocabulary_sizes": fit.get("vocabulary_sizes", {}),
                 "dropped": fit.get("dropped", []),

@@ -795,7 +795,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
         "rows_per_split": counts,
         "dropped": doc["dropped"],
         "vocabulary_sizes": {
-            e["name"]: len(e.get("vocabulary", [])) for e in doc["categorical"] + doc["text"]
+            e["name"]: len(e["vocabulary"]) for e in doc["categorical"] + doc["text"] if "vocabulary" in e
         },
         # Centred with scale 1; the variance threshold (min_variance) drops them.
         "constant_numerics": notes["constant_numerics"],

@@ -308,3 +308,20 @@ def test_features_of_served_rows(tmp_path):
     assert f["cat__day_of_week"].tolist() == tf.encode_categorical(pa.array(["7", "1", None]), spec).tolist()
     assert f["txt__note"].tolist() == [[2, 3, 0], [0, 0, 0], [3, 0, 0]]
     assert (f["txt__plane_model"][2] == 0).all() and (f["txt__plane_model"][0][:3] > 0).all()
+
+
+def test_a_reference_folder_reads_its_data_files_as_spark_does(tmp_path):
+    ref = {"name": "w", "format": "csv", "options": {"header": "true"}, "join_keys": ["k"], "columns": []}
+    folder = tmp_path / "weather"
+    folder.mkdir()
+    (folder / "_SUCCESS").write_text("")
+    (folder / ".part-0.csv.crc").write_text("junk")
+    (folder / "part-0.csv").write_text("k,t\n1,10\n")
+    (folder / "part-1.csv").write_text("k,t\n2,20\n")
+    table = serving.read_reference(str(folder), ref)
+    assert table.column("k").to_pylist() == ["1", "2"] and table.column("t").to_pylist() == ["10", "20"]
+    assert serving.read_reference(f"file://{folder}", ref).num_rows == 2
+    (folder / "part-0.csv").unlink()
+    (folder / "part-1.csv").unlink()
+    with pytest.raises(serving.ServingError, match="reference folder holds no data files"):
+        serving.read_reference(str(folder), ref)

@@ -27,6 +27,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -737,6 +738,13 @@ def read_reference(source: str | pa.Table, ref: Mapping[str, Any], zone: str = "
     """A reference table as preprocess reads it: CSV/JSON columns as strings, Parquet typed."""
     if isinstance(source, pa.Table):
         return source
+    parts = _data_files(source)
+    if parts is not None:
+        # A lake folder (`<lake>/reference/weather/`): its data files, as Spark reads it.
+        if not parts:
+            raise ServingError(f"{source}: reference folder holds no data files")
+        tables = [read_reference(part, ref, zone) for part in parts]
+        return pa.concat_tables(tables, promote_options="permissive")
     kind = _format_of(source) or ref.get("format", "csv")
     if kind == "parquet":
         with storage.open_input(source) as f:
@@ -747,6 +755,16 @@ def read_reference(source: str | pa.Table, ref: Mapping[str, Any], zone: str = "
         _read_csv(data, ref.get("options", {}), source) if kind == "csv" else _read_json_lines(data, source)
     )
     return pa.table(records.columns)
+
+
+def _data_files(source: str) -> list[str] | None:
+    """The data files of a local folder (names not starting with `_` or `.`), or None for a file."""
+    from urllib.parse import urlsplit
+
+    path = Path(urlsplit(source).path if source.startswith("file://") else source)
+    if not path.is_dir():
+        return None
+    return sorted(str(f) for f in path.iterdir() if f.is_file() and not f.name.startswith(("_", ".")))
 
 
 def join_references(
