@@ -20,7 +20,13 @@ docs/MANIFEST.md for the format and the guarantees:
   does not depend on partitioning. Row `i` goes to rank `i % world_size`, which gives
   every rank exactly `rows_per_rank` rows after the remainder is dropped or padded; a
   rank's rows are spread over `shards_per_rank` shards, shard `s` belongs to rank
-  `s % world_size`.
+  `s % world_size`. That is the manifest's `plan` for the spec's world size; the
+  trainer no longer depends on it: it plans rows at read time for the world size it
+  runs with, from the shards' row counts (`lakeprep_train.dataset.plan_rank`).
+- So that one export serves the common world sizes well, a split that needs more than
+  one shard per rank gets a shard count that is a multiple of lcm(12, world_size)
+  (12 = lcm(1, 2, 3, 4), which 6 and 12 divide too): its shards hold equal rows (within
+  one), so a trainer on 1, 2, 3, 4, 6 or 12 ranks reads whole shards, one rank per file.
 - One Parquet file per shard (zstd), row counts verified by reading the footers back,
   sha256 computed on the executors (`binaryFile` source), then the manifest last.
 """
@@ -88,8 +94,20 @@ class SplitPlan:
     shards_per_rank: int
 
 
+# lcm(1, 2, 3, 4): a shard count divisible by it splits evenly over 1, 2, 3, 4, 6 or 12 ranks.
+COMMON_WORLD_SIZES_LCM = 12
+
+
 def plan_split(rows_available: int, bytes_estimate: float, p: ExportParams) -> SplitPlan:
-    """Pure arithmetic: equal rows per rank, shard count a multiple of the world size."""
+    """Pure arithmetic: equal rows per rank, shard count a multiple of the world size.
+
+    Shards are sized by ``target_shard_mb``. A split small enough for one shard per rank
+    keeps ``world_size`` shards: more, smaller files would only add overhead. A larger
+    one is rounded up to a multiple of ``lcm(12, world_size)`` shards, when that still
+    leaves every shard at least one batch, so that the trainer's read-time plan on
+    1, 2, 3, 4, 6 or 12 ranks reads whole shards (docs/MANIFEST.md); otherwise to a
+    multiple of ``world_size``. Never more shards than rows on a rank.
+    """
     w = p.world_size
     if p.remainder == "drop":
         per_rank = rows_available // w
@@ -98,7 +116,10 @@ def plan_split(rows_available: int, bytes_estimate: float, p: ExportParams) -> S
     rows = per_rank * w
     target = p.target_shard_mb * (1 << 20)
     kept_bytes = bytes_estimate * (rows / rows_available) if rows_available else 0.0
-    shards_per_rank = max(1, math.ceil(kept_bytes / target / w)) if rows else 0
+    by_bytes = math.ceil(kept_bytes / target) if rows else 0
+    common = math.lcm(COMMON_WORLD_SIZES_LCM, w)
+    unit = common if by_bytes > w and rows >= common * p.batch_size else w
+    shards_per_rank = max(1, math.ceil(by_bytes / unit) * unit // w) if rows else 0
     shards_per_rank = min(shards_per_rank, per_rank) if per_rank else 0
     return SplitPlan(
         rows_available=rows_available,

@@ -59,15 +59,33 @@ def test_plan_split_of_zero_rows_is_empty(remainder):
 
 
 def test_plan_split_sizes_shards_by_bytes_but_never_empty():
-    p = params(world_size=2, target_shard_mb=1)
-    # 10 MiB over 1000 rows, 1 MiB shards: 10 shards, 5 per rank.
-    assert export_shards.plan_split(1000, 10 * MIB, p).shards_per_rank == 5
-    # Dropping one row of 1001 keeps 1000/1001 of the bytes: still 5 per rank.
-    assert export_shards.plan_split(1001, 10 * MIB, p).shards_per_rank == 5
-    # 11 MiB needs 11 shards; rounded up to 6 per rank (12, a multiple of the world size).
-    assert export_shards.plan_split(1000, 11 * MIB, p).shards_per_rank == 6
+    p = params(world_size=2, target_shard_mb=1, batch_size=2)
+    # 10 MiB over 1000 rows, 1 MiB shards: 10 shards, rounded up to 12 = lcm(1..4) so that
+    # 1, 2, 3, 4 and 6 ranks read whole shards at train time: 6 per rank.
+    assert export_shards.plan_split(1000, 10 * MIB, p).shards_per_rank == 6
+    # Dropping one row of 1001 keeps 1000/1001 of the bytes: still 6 per rank.
+    assert export_shards.plan_split(1001, 10 * MIB, p).shards_per_rank == 6
+    # 13 MiB needs 13 shards; rounded up to 24, the next multiple of 12.
+    assert export_shards.plan_split(1000, 13 * MIB, p).shards_per_rank == 12
     # Never more shards than rows on a rank: each shard holds at least one row.
     assert export_shards.plan_split(5, 10 * MIB, p).shards_per_rank == 2
+
+
+@pytest.mark.parametrize(
+    ("world_size", "rows", "mib", "n_shards"),
+    [
+        (2, 1000, 1, 2),  # one shard per rank is enough: no rounding to 12
+        (2, 1000, 3, 12),
+        (3, 1000, 13, 24),
+        (8, 1000, 9, 24),  # lcm(12, 8)
+        (5, 1000, 7, 60),  # lcm(12, 5)
+        (2, 20, 3, 4),  # 12 shards would hold less than a batch each: a multiple of 2 only
+    ],
+)
+def test_plan_split_rounds_shard_counts_for_common_world_sizes(world_size, rows, mib, n_shards):
+    p = params(world_size=world_size, target_shard_mb=1, batch_size=2)
+    plan = export_shards.plan_split(rows, mib * MIB, p)
+    assert plan.shards_per_rank * world_size == n_shards
 
 
 # ------------------------------------------------------------------- number_rows

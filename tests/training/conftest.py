@@ -233,3 +233,36 @@ def export_padded(tmp_path_factory: pytest.TempPathFactory) -> Path:
         batch_size=16,
         pad=7,
     )
+
+
+@pytest.fixture(scope="session")
+def export_odd(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One export for any world size: 301 train rows (divisible by neither 2 nor 3), 5 shards.
+
+    Planned for 1 rank, as a team would export once; read by 1, 2 and 3 ranks in the tests.
+    """
+    root = tmp_path_factory.mktemp("export_odd")
+    return write_export(
+        root,
+        world_size=1,
+        rows_per_rank={"train": 301, "validation": 61},
+        batch_size=32,
+        shards_per_rank=5,
+        row_group_size=16,
+        seed=2,
+    )
+
+
+@pytest.fixture(scope="session")
+def export_odd_padded(tmp_path_factory: pytest.TempPathFactory, export_odd: Path) -> Path:
+    """``export_odd`` with ``remainder: "pad"`` (nothing dropped at export: rows = rows_available)."""
+    root = tmp_path_factory.mktemp("export_odd_padded")
+    shutil.copytree(export_odd.parent, root, dirs_exist_ok=True)
+    path = root / "manifest.json"
+    raw = json.loads(path.read_text())
+    for split in raw["splits"].values():
+        split["plan"]["remainder"] = "pad"
+        split["rows_available"] = split["rows"]
+        split["class_counts"]["0"] -= 3  # write_export counts 3 dropped rows; none here
+    path.write_text(json.dumps(raw, indent=2))
+    return path

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import collections
+import json
+import math
+
 import pyarrow.parquet as pq
 import pytest
 import torch
 
-from lakeprep_train.dataset import RankBatches, split_batches
+from lakeprep_train.dataset import RankBatches, ShardSpan, plan_rank, split_batches
 from lakeprep_train.manifest import load_manifest
 
 
@@ -52,15 +56,19 @@ def test_rows_match_their_shard_values(export_two_ranks):
     assert batch.categorical[:3, 0].tolist() == table.column("cat__c").to_pylist()[:3]
 
 
-def test_shuffle_is_reproducible_per_epoch_and_stays_on_its_rank(export_two_ranks):
+def test_shuffle_is_reproducible_per_epoch_and_the_ranks_cover_the_split(export_two_ranks):
     manifest = load_manifest(str(export_two_ranks))
-    first = RankBatches(manifest, "train", 0, shuffle=True, seed=7, with_ids=True)
-    again = RankBatches(manifest, "train", 0, shuffle=True, seed=7, with_ids=True)
-    assert epoch_ids(first, 0) == epoch_ids(again, 0)
-    assert epoch_ids(first, 0) != epoch_ids(first, 1)
-    assert sorted(sum(epoch_ids(first, 0), [])) == sorted(sum(epoch_ids(first, 1), []))
-    in_order = RankBatches(manifest, "train", 0, with_ids=True)
-    assert sorted(sum(epoch_ids(in_order, 0), [])) == sorted(sum(epoch_ids(first, 0), []))
+
+    def epoch_order(epoch: int) -> list[str]:
+        ranks = [RankBatches(manifest, "train", r, shuffle=True, seed=7, with_ids=True) for r in (0, 1)]
+        return [row for ds in ranks for batch in epoch_ids(ds, epoch) for row in batch]
+
+    assert epoch_order(0) == epoch_order(0)
+    assert epoch_order(0) != epoch_order(1)
+    # The export's 300 rows divide by its 2 ranks: every epoch reads each row once.
+    assert sorted(epoch_order(0)) == sorted(epoch_order(1)) == sorted(set(epoch_order(0)))
+    in_order = [RankBatches(manifest, "train", r, with_ids=True) for r in (0, 1)]
+    assert sorted(epoch_order(0)) == sorted(row for ds in in_order for b in epoch_ids(ds, 0) for row in b)
 
 
 def test_a_shard_that_breaks_the_plan_fails_before_training(copied_export, edit_manifest):
@@ -98,3 +106,183 @@ def test_split_batches_reads_every_rank(export_two_ranks):
     manifest = load_manifest(str(export_two_ranks))
     ids = [row for batch in split_batches(manifest, "test", with_ids=True) for row in batch.ids]
     assert len(ids) == len(set(ids)) == 120
+
+
+# ------------------------------------------------ one export, any world size (read-time plan)
+
+
+def shard_ids(manifest, split: str = "train") -> list[str]:
+    return [
+        row
+        for shard in manifest.split(split).shards
+        for row in pq.read_table(shard.location, columns=["id"]).column("id").to_pylist()
+    ]
+
+
+def read_every_rank(manifest, world_size: int, epoch: int, **options) -> list[list[list[str]]]:
+    """Each rank's batches of row ids, as ``world_size`` separate readers see them."""
+    return [
+        epoch_ids(RankBatches(manifest, "train", r, world_size=world_size, with_ids=True, **options), epoch)
+        for r in range(world_size)
+    ]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize(
+    ("world_size", "per_rank", "steps", "dropped"), [(1, 301, 10, 0), (2, 150, 5, 1), (3, 100, 4, 1)]
+)
+def test_one_export_drop_any_world_size_equal_steps_each_row_at_most_once(
+    export_odd, shuffle, world_size, per_rank, steps, dropped
+):
+    manifest = load_manifest(str(export_odd))
+    assert manifest.split("train").plan.world_size == 1
+    every_id = set(shard_ids(manifest))
+    assert len(every_id) == 301
+    for epoch in (0, 1):
+        ranks = read_every_rank(manifest, world_size, epoch, shuffle=shuffle, seed=5)
+        assert [len(batches) for batches in ranks] == [steps] * world_size
+        assert [sum(len(b) for b in batches) for batches in ranks] == [per_rank] * world_size
+        seen = [row for batches in ranks for batch in batches for row in batch]
+        assert len(seen) == len(set(seen)) == world_size * per_rank
+        assert set(seen) <= every_id and len(every_id - set(seen)) == dropped
+    plan = RankBatches(manifest, "train", world_size - 1, world_size=world_size).plan
+    assert (plan.rows_per_rank, plan.steps_per_rank, plan.rows_dropped, plan.rows_padded) == (
+        per_rank,
+        steps,
+        dropped,
+        0,
+    )
+
+
+@pytest.mark.parametrize(("world_size", "per_rank", "padded"), [(1, 301, 0), (2, 151, 1), (3, 101, 2)])
+def test_one_export_pad_any_world_size_every_row_once_plus_repeats(
+    export_odd_padded, world_size, per_rank, padded
+):
+    manifest = load_manifest(str(export_odd_padded))
+    every_id = set(shard_ids(manifest))
+    for epoch in (0, 1):
+        values: dict[str, set[float]] = {}
+        counts: dict[int, int] = {}
+        for rank in range(world_size):
+            ds = RankBatches(
+                manifest, "train", rank, world_size=world_size, shuffle=True, seed=5, with_ids=True
+            )
+            ds.set_epoch(epoch)
+            batches = list(ds)
+            assert len(batches) == math.ceil(per_rank / 32)  # steps_per_rank, equal on every rank
+            counts[rank] = sum(len(b) for b in batches)
+            for batch in batches:
+                for row, x in zip(batch.ids, batch.numeric[:, 0].tolist(), strict=True):
+                    values.setdefault(row, set()).add(x)
+        assert counts == dict.fromkeys(range(world_size), per_rank)
+        assert set(values) == every_id  # every row read
+        assert all(len(v) == 1 for v in values.values())  # a padded row is an exact repeat
+    ids = [
+        row
+        for batches in read_every_rank(manifest, world_size, 1, shuffle=True, seed=5)
+        for b in batches
+        for row in b
+    ]
+    repeats = collections.Counter(ids)
+    assert sorted(n for n in repeats.values() if n > 1) == [2] * padded
+    assert len(ids) == 301 + padded
+    assert RankBatches(manifest, "train", 0, world_size=world_size).plan.rows_padded == padded
+
+
+def test_the_read_time_order_depends_on_seed_and_epoch_only(export_odd):
+    manifest = load_manifest(str(export_odd))
+
+    def order(world_size: int, epoch: int, seed: int = 5) -> list[str]:
+        ranks = read_every_rank(manifest, world_size, epoch, shuffle=True, seed=seed)
+        return [row for batches in ranks for batch in batches for row in batch]
+
+    assert order(3, 1) == order(3, 1)
+    assert order(3, 0) != order(3, 1)
+    assert order(3, 1) != order(3, 1, seed=6)
+    # The dropped row moves with the epoch's order, so over epochs every row is trained on.
+    every_id = set(shard_ids(manifest))
+    dropped = [every_id - set(order(2, epoch)) for epoch in range(4)]
+    assert all(len(d) == 1 for d in dropped) and len(set().union(*dropped)) > 1
+
+
+def test_plan_rank_refuses_more_ranks_than_rows(export_odd):
+    manifest = load_manifest(str(export_odd))
+    with pytest.raises(
+        ValueError, match=r"splits.train: the split has 301 rows, fewer than the 302 ranks of this run"
+    ):
+        plan_rank(manifest.split("train"), 302, 0)
+    with pytest.raises(ValueError, match=r"rank 3 must be in \[0, world_size=3\)"):
+        plan_rank(manifest.split("train"), 3, 3)
+
+
+def test_a_rank_reads_only_the_shards_of_its_chunk(export_odd):
+    split = load_manifest(str(export_odd)).split("train")
+    spans = [plan_rank(split, 3, r).spans for r in range(3)]
+    # In manifest order the ranks' chunks are consecutive: rank 0 starts at shard 0, row 0.
+    assert spans[0][0] == ShardSpan(0, 0, spans[0][0].stop)
+    assert sum(s.stop - s.start for r in spans for s in r) == 300
+    assert spans[2][-1].index == len(split.shards) - 1 and spans[2][-1].stop == split.shards[-1].rows - 1
+
+
+def _gather_rank_ids(rank: int, world_size: int, manifest_path: str, init_file: str, out: str) -> None:
+    """One spawned process: plan from the process group's world size, gather every rank's ids."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        manifest = load_manifest(manifest_path)
+        data = RankBatches(
+            manifest,
+            "train",
+            dist.get_rank(),
+            world_size=dist.get_world_size(),
+            shuffle=True,
+            seed=9,
+            with_ids=True,
+        )
+        epochs = []
+        for epoch in (0, 1):
+            data.set_epoch(epoch)
+            epochs.append({"steps": len(data), "ids": [list(b.ids) for b in data]})
+        gathered: list = [None] * world_size
+        dist.all_gather_object(gathered, {"epochs": epochs, "plan": data.plan.to_json()})
+        if rank == 0:
+            with open(out, "w") as f:
+                json.dump(gathered, f)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("world_size", "steps", "dropped"), [(1, 10, 0), (2, 5, 1), (3, 4, 1)])
+def test_processes_of_a_gloo_group_read_one_export_each_row_once(
+    export_odd, tmp_path, world_size, steps, dropped
+):
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "gathered.json"
+    mp.spawn(
+        _gather_rank_ids,
+        args=(world_size, str(export_odd), str(tmp_path / "init"), str(out)),
+        nprocs=world_size,
+        join=True,
+    )
+    ranks = json.loads(out.read_text())
+    every_id = set(shard_ids(load_manifest(str(export_odd))))
+    orders = []
+    for epoch in (0, 1):
+        per_rank = [r["epochs"][epoch] for r in ranks]
+        assert [len(r["ids"]) for r in per_rank] == [r["steps"] for r in per_rank] == [steps] * world_size
+        seen = [row for r in per_rank for batch in r["ids"] for row in batch]
+        assert len(seen) == len(set(seen)) == 301 - dropped
+        assert len(every_id - set(seen)) == dropped
+        orders.append(seen)
+    assert orders[0] != orders[1]
+    assert {r["plan"]["rows_dropped_per_epoch"] for r in ranks} == {dropped}
+    # The same (seed, epoch) in one process gives what the group read.
+    assert orders[1] == [
+        row
+        for b in read_every_rank(load_manifest(str(export_odd)), world_size, 1, shuffle=True, seed=9)
+        for x in b
+        for row in x
+    ]

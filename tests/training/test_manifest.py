@@ -237,6 +237,12 @@ def test_check_cli_accepts_a_good_export(export_two_ranks):
     result = check_cli(export_two_ranks)
     assert result.returncode == 0, result.stderr
     assert "ok, 12 shards verified" in result.stdout
+    # 300 train rows at batch 32, whatever the world size the trainer finds:
+    assert (
+        "train per epoch by world size: 1: 300 rows/rank, 10 steps; 2: 150 rows/rank, 5 steps;"
+        in result.stdout
+    )
+    assert "8: 37 rows/rank, 2 steps, 4 dropped" in result.stdout
 
 
 def test_check_cli_lists_problems_and_exits_1(copied_export):

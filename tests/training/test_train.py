@@ -73,26 +73,77 @@ def test_single_process_run_beats_the_baseline(export_one_rank, tmp_path):
     assert "mlp.0.weight" in checkpoint["state_dict"]
 
 
-@pytest.mark.parametrize(
-    ("fixture", "world_size", "planned"),
-    [("export_one_rank", "2", 1), ("export_two_ranks", "1", 2)],
-)
-def test_preflight_refuses_a_world_size_mismatch(request, tmp_path, fixture, world_size, planned):
-    manifest = request.getfixturevalue(fixture)
+def test_preflight_plans_for_the_world_size_it_finds(export_two_ranks):
+    from lakeprep_train.manifest import load_manifest
+    from lakeprep_train.train import DistributedEnv, preflight
+
+    manifest = load_manifest(str(export_two_ranks))  # exported for 2 ranks, 300 train rows
+    plans = [preflight(manifest, DistributedEnv(rank, 3, rank)) for rank in range(3)]
+    assert [(p.rows_per_rank, p.steps_per_rank, p.rows_dropped) for p in plans] == [(100, 4, 0)] * 3
+    assert preflight(manifest, DistributedEnv(0, 1, 0)).rows_per_rank == 300
+
+
+def test_preflight_refuses_more_ranks_than_train_rows(export_two_ranks, tmp_path):
     started = time.monotonic()
     result = run_module(
-        ["-m", "lakeprep_train.train", "--manifest", str(manifest), "--output", str(tmp_path / "run")],
-        env={"WORLD_SIZE": world_size, "RANK": "0", "LOCAL_RANK": "0"},
+        [
+            "-m",
+            "lakeprep_train.train",
+            "--manifest",
+            str(export_two_ranks),
+            "--output",
+            str(tmp_path / "run"),
+        ],
+        env={"WORLD_SIZE": "301", "RANK": "0", "LOCAL_RANK": "0"},
         timeout=60,
     )
     assert result.returncode == 2
-    assert (
-        f"splits.train.plan.world_size is {planned}, but this run has WORLD_SIZE={world_size}"
-        in result.stderr
-    )
-    assert str(manifest) in result.stderr
+    assert "splits.train: the split has 300 rows, fewer than the 301 ranks of this run" in result.stderr
+    assert str(export_two_ranks) in result.stderr
     assert time.monotonic() - started < 30
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("world_size", "steps", "dropped"),
+    [(1, 10, 0), (2, 5, 1), (3, 4, 1)],  # 301 rows at batch 32: 301, 150 or 100 rows per rank
+)
+def test_one_export_trains_on_any_world_size_with_equal_steps(
+    export_odd, tmp_path, world_size, steps, dropped
+):
+    out = tmp_path / "run"
+    result = run_module(
+        [
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(world_size),
+            "-m",
+            "lakeprep_train.train",
+            "--manifest",
+            str(export_odd),
+            "--output",
+            str(out),
+            "--epochs",
+            "2",
+            "--device",
+            "cpu",
+        ],
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    telemetry = json.loads((out / "telemetry.json").read_text())
+    assert telemetry["world_size"] == world_size
+    assert telemetry["steps_per_rank"] == [2 * steps] * world_size
+    assert [r["rows"] for r in telemetry["ranks"]] == [2 * (301 - dropped) // world_size] * world_size
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["world_size"] == world_size and metrics["steps_per_rank"] == steps
+    assert metrics["plan"]["export_world_size"] == 1
+    assert metrics["plan"]["rows_dropped_per_epoch"] == dropped
+    assert metrics["plan"]["rows_padded_per_epoch"] == 0
+    assert metrics["plan"]["rows_per_rank"] * world_size + dropped == 301
 
 
 @pytest.mark.integration

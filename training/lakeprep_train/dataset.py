@@ -1,11 +1,28 @@
-"""Stream one rank's planned rows of one split from Parquet shards into batched tensors.
+"""Stream one rank's rows of one split from Parquet shards into batched tensors.
 
-Every rank yields exactly ``plan.steps_per_rank`` batches per epoch (only the last may
-be short), because DDP's gradient all-reduce is a collective: a rank with one step
-fewer leaves the others waiting forever, the most common hang in distributed
-training. The exporter plans for it (docs/MANIFEST.md); this reader holds each rank
-to that plan and fails loudly, naming the shard, rather than yielding a different
-number of steps.
+The rows of a rank are planned at read time, for the world size the job has (torchrun's
+WORLD_SIZE), not baked into the export: one export trains on 1, 2, 3 or 4 GPUs alike.
+:func:`plan_rank` computes the plan from the manifest alone (the shards' row counts,
+the split's ``remainder``), the seed and the epoch, so every rank computes the same
+global order without talking to the others:
+
+1. the split's shards, in manifest order or (shuffled) permuted by ``(seed, epoch)``,
+   are concatenated into one sequence of ``N`` rows;
+2. ``remainder: "drop"`` keeps the first ``W * (N // W)`` of them (the dropped tail
+   changes with the epoch's order); ``"pad"`` extends the sequence to
+   ``W * ceil(N / W)`` by repeating its first rows;
+3. rank ``r`` takes the contiguous chunk ``[r * rows_per_rank, (r + 1) * rows_per_rank)``
+   and reads only the row groups of the shards it overlaps, sliced to the chunk.
+
+So every rank yields exactly ``steps_per_rank = ceil(rows_per_rank / batch_size)``
+batches per epoch (only the last may be short), and every row is read exactly once per
+epoch apart from the dropped or padded remainder (fewer than ``W`` rows). Equal steps
+matter because DDP's gradient all-reduce is a collective: a rank with one step fewer
+leaves the others waiting forever. The reader holds each rank to the plan and fails
+loudly, naming the shard, rather than yielding a different number of steps. Contiguous
+chunks (rather than rows ``r, r + W, ...``) keep each rank's reads to about ``1 / W``
+of the files; the exporter makes the shard count a multiple of 12 where it can, so
+that 1, 2, 3, 4 and 6 ranks read whole shards (docs/MANIFEST.md).
 
 Shards are read row group by row group with pyarrow, converted to numpy in bulk (no
 per-row Python), and a background thread keeps the next batches ready in a bounded
@@ -14,6 +31,7 @@ queue so the training loop does not wait on I/O.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -28,6 +46,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from lakeprep_train import storage
+from lakeprep_train.manifest import rows_per_rank_for
 
 if TYPE_CHECKING:
     from lakeprep_train.manifest import Manifest, Shard, Split
@@ -280,16 +299,162 @@ def prefetch(batches: Iterator[Batch], depth: int, *, pin_memory: bool = False) 
         thread.join(timeout=10)
 
 
-class RankBatches(IterableDataset):
-    """The batches of one rank of one split, exactly ``plan.steps_per_rank`` per epoch.
+@dataclass(frozen=True)
+class ShardSpan:
+    """Rows ``[start, stop)`` of the split's shard ``index`` (its position in ``shards``)."""
 
-    Reads only the shards whose ``rank`` is this rank. With ``shuffle``, the order of
-    the shards, of the row groups in a shard and of the rows in a row group is a
-    permutation drawn from ``(seed, epoch, rank)``: reproducible, different per epoch,
-    and never moving a row to another rank. Call :meth:`set_epoch` before each epoch.
-    Batches are already collated: use directly, or ``DataLoader(ds, batch_size=None)``
-    with the default ``num_workers=0`` (each worker would read the whole rank again;
-    the background thread does the prefetching).
+    index: int
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """One rank's share of one split for one epoch, as :func:`plan_rank` computes it."""
+
+    world_size: int
+    rank: int
+    batch_size: int
+    remainder: str
+    rows_in_shards: int  # N: every shard's rows, as the manifest lists them
+    rows_per_rank: int
+    steps_per_rank: int
+    rows_dropped: int  # per epoch, over all ranks (remainder "drop")
+    rows_padded: int  # per epoch, over all ranks (remainder "pad"): repeats of rows read
+    spans: tuple[ShardSpan, ...]  # what this rank reads, in order
+
+    def to_json(self) -> dict[str, int | str]:
+        """The plan's numbers, the same on every rank and epoch (for metrics and logs)."""
+        return {
+            "world_size": self.world_size,
+            "batch_size": self.batch_size,
+            "remainder": self.remainder,
+            "rows_in_shards": self.rows_in_shards,
+            "rows_per_rank": self.rows_per_rank,
+            "steps_per_rank": self.steps_per_rank,
+            "rows_dropped_per_epoch": self.rows_dropped,
+            "rows_padded_per_epoch": self.rows_padded,
+        }
+
+
+def plan_rank(
+    split: Split,
+    world_size: int,
+    rank: int,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = False,
+    where: str = "",
+) -> RankPlan:
+    """Pure: rank ``rank``'s rows of ``split`` among ``world_size`` ranks, from the manifest alone.
+
+    Deterministic in ``(split's shard rows, remainder, world_size, seed, epoch)``: every
+    rank computes the same global order, so the ranks' chunks are disjoint and cover the
+    order without any communication. See the module docstring for the steps.
+
+    :raises ValueError: when the split has fewer rows than ranks (a rank would get none).
+    """
+    where = where or f"splits.{split.name}"
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"{where}: rank {rank} must be in [0, world_size={world_size})")
+    rows = [s.rows for s in split.shards]
+    n = sum(rows)
+    if n < world_size:
+        raise ValueError(
+            f"{where}: the split has {n} rows, fewer than the {world_size} ranks of this run; "
+            f"every rank needs at least one row (launch at most {n} process(es) or export more rows)"
+        )
+    remainder, batch = split.plan.remainder, split.plan.batch_size
+    per_rank = rows_per_rank_for(n, world_size, remainder)
+    total = per_rank * world_size
+    order = np.arange(len(rows))
+    if shuffle:
+        # Seeded by (seed, epoch) only, never the rank: all ranks must agree on the order.
+        order = np.random.default_rng([seed, epoch]).permutation(len(rows))
+    offsets = np.concatenate([[0], np.cumsum([rows[i] for i in order])])
+    first, last = rank * per_rank, (rank + 1) * per_rank
+    # Positions past N wrap to the start of the order (pad); per_rank <= N wraps at most once.
+    pieces = [(first, min(last, n))] + ([(max(first, n) - n, last - n)] if last > n else [])
+    spans = []
+    for lo, hi in pieces:
+        for k, index in enumerate(order):
+            start, stop = max(lo, int(offsets[k])), min(hi, int(offsets[k + 1]))
+            if start < stop:
+                spans.append(ShardSpan(int(index), start - int(offsets[k]), stop - int(offsets[k])))
+    return RankPlan(
+        world_size=world_size,
+        rank=rank,
+        batch_size=batch,
+        remainder=remainder,
+        rows_in_shards=n,
+        rows_per_rank=per_rank,
+        steps_per_rank=math.ceil(per_rank / batch),
+        rows_dropped=max(0, n - total),
+        rows_padded=max(0, total - n),
+        spans=tuple(spans),
+    )
+
+
+def read_spans(
+    split: Split,
+    spans: Iterable[ShardSpan],
+    layout: FeatureLayout,
+    *,
+    with_ids: bool = False,
+    rng: np.random.Generator | None = None,
+    where: str = "",
+) -> Iterator[_Block]:
+    """The rows of ``spans`` as numpy blocks, reading only the row groups they overlap.
+
+    ``rng`` shuffles the row groups within a span and the rows within a row group.
+    """
+    columns = layout.columns(with_ids)
+    for span in spans:
+        shard = split.shards[span.index]
+        at = f"{where} shard {shard.path}".strip()
+        try:
+            with storage.open_input(shard.location) as f:
+                parquet = pq.ParquetFile(f)
+                metadata = parquet.metadata
+                if metadata.num_rows != shard.rows:
+                    raise ValueError(
+                        f"{at}: has {metadata.num_rows} rows, the manifest's rows says {shard.rows}"
+                    )
+                starts = np.cumsum(
+                    [0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
+                )
+                groups = [
+                    g
+                    for g in range(metadata.num_row_groups)
+                    if starts[g] < span.stop and starts[g + 1] > span.start
+                ]
+                if rng is not None:
+                    groups = [groups[i] for i in rng.permutation(len(groups))]
+                for group in groups:
+                    lo = max(span.start, int(starts[group])) - int(starts[group])
+                    hi = min(span.stop, int(starts[group + 1])) - int(starts[group])
+                    table = parquet.read_row_group(group, columns=columns).slice(lo, hi - lo)
+                    block = layout.to_block(table, at)
+                    if rng is not None:
+                        block = _rows(block, rng.permutation(len(block["label"])))
+                    yield block
+        except (OSError, pa.ArrowException) as err:
+            raise ValueError(f"{at}: cannot read {shard.location}: {err}") from err
+
+
+class RankBatches(IterableDataset):
+    """The batches of one rank of one split, exactly ``steps_per_rank`` per epoch.
+
+    ``world_size`` is the job's (torchrun's WORLD_SIZE), whatever the export was planned
+    for; the rows are planned at read time by :func:`plan_rank` (default: the manifest's
+    ``plan.world_size``). With ``shuffle``, the order of the shards comes from
+    ``(seed, epoch)`` (the same on every rank) and the order of row groups and rows
+    within this rank's chunk from ``(seed, epoch, rank)``: reproducible and different
+    per epoch. Call :meth:`set_epoch` before each epoch. Batches are already collated:
+    use directly, or ``DataLoader(ds, batch_size=None)`` with the default
+    ``num_workers=0`` (each worker would read the whole rank again; the background
+    thread does the prefetching).
     """
 
     def __init__(
@@ -298,6 +463,7 @@ class RankBatches(IterableDataset):
         split: str,
         rank: int,
         *,
+        world_size: int | None = None,
         seed: int = 0,
         shuffle: bool = False,
         prefetch: int = 2,
@@ -307,21 +473,17 @@ class RankBatches(IterableDataset):
         super().__init__()
         self.manifest = manifest
         self.split: Split = manifest.split(split)
-        self.plan = self.split.plan
-        if not 0 <= rank < self.plan.world_size:
-            raise ValueError(
-                f"{manifest.location}: rank {rank} is outside splits.{split}.plan.world_size "
-                f"{self.plan.world_size}"
-            )
+        self.world_size = world_size if world_size is not None else self.split.plan.world_size
         self.rank = rank
-        self.shards = self.split.shards_for_rank(rank)
-        self.layout = FeatureLayout(manifest)
         self.seed = seed
         self.shuffle = shuffle
+        self.epoch = 0
+        # Raises on a bad rank or a split with fewer rows than ranks, before any collective.
+        self.plan = self.plan_for_epoch(0)
+        self.layout = FeatureLayout(manifest)
         self.prefetch_depth = prefetch
         self.pin_memory = pin_memory
         self.with_ids = with_ids
-        self.epoch = 0
 
     @property
     def where(self) -> str:
@@ -330,13 +492,28 @@ class RankBatches(IterableDataset):
     def __len__(self) -> int:
         return self.plan.steps_per_rank
 
+    def plan_for_epoch(self, epoch: int) -> RankPlan:
+        return plan_rank(
+            self.split,
+            self.world_size,
+            self.rank,
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle,
+            where=f"{self.manifest.location}: splits.{self.split.name}",
+        )
+
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
+        self.plan = self.plan_for_epoch(epoch)
 
     def check_shards(self) -> None:
-        """Compare this rank's Parquet footers with the plan, before any collective starts."""
-        held = 0
-        for shard in self.shards:
+        """Compare every shard's Parquet footer with the manifest, before any collective starts.
+
+        All of the split's shards, not only this epoch's: later epochs read others, and a
+        rank that fails mid-epoch leaves the others waiting at the next all-reduce.
+        """
+        for shard in self.split.shards:
             try:
                 with storage.open_input(shard.location) as f:
                     rows = pq.ParquetFile(f).metadata.num_rows
@@ -346,35 +523,28 @@ class RankBatches(IterableDataset):
                 raise ValueError(
                     f"{self.where}: shard {shard.path} has {rows} rows, the manifest's rows says {shard.rows}"
                 )
-            held += rows
-        if held != self.plan.rows_per_rank:
-            raise ValueError(
-                f"{self.where}: shards hold {held} rows, plan.rows_per_rank is {self.plan.rows_per_rank}"
-            )
 
     def __iter__(self) -> Iterator[Batch]:
+        plan = self.plan
         rng = np.random.default_rng([self.seed, self.epoch, self.rank]) if self.shuffle else None
-        shards = list(self.shards)
-        if rng is not None:
-            shards = [shards[i] for i in rng.permutation(len(shards))]
-        blocks = read_blocks(shards, self.layout, with_ids=self.with_ids, rng=rng, where=self.where)
-        planned = self._hold_to_plan(batch_blocks(blocks, self.plan.batch_size))
+        blocks = read_spans(
+            self.split, plan.spans, self.layout, with_ids=self.with_ids, rng=rng, where=self.where
+        )
+        planned = self._hold_to_plan(batch_blocks(blocks, plan.batch_size), plan)
         return prefetch(planned, self.prefetch_depth, pin_memory=self.pin_memory)
 
-    def _hold_to_plan(self, batches: Iterator[Batch]) -> Iterator[Batch]:
+    def _hold_to_plan(self, batches: Iterator[Batch], plan: RankPlan) -> Iterator[Batch]:
         rows = steps = 0
         for batch in batches:
             rows += len(batch)
             steps += 1
-            if rows > self.plan.rows_per_rank:
-                raise ValueError(
-                    f"{self.where}: shards hold more than plan.rows_per_rank {self.plan.rows_per_rank} rows"
-                )
+            if rows > plan.rows_per_rank:
+                raise ValueError(f"{self.where}: read more than the planned {plan.rows_per_rank} rows")
             yield batch
-        if rows != self.plan.rows_per_rank or steps != self.plan.steps_per_rank:
+        if rows != plan.rows_per_rank or steps != plan.steps_per_rank:
             raise ValueError(
-                f"{self.where}: read {rows} rows in {steps} steps, plan says "
-                f"rows_per_rank {self.plan.rows_per_rank} in steps_per_rank {self.plan.steps_per_rank}"
+                f"{self.where}: read {rows} rows in {steps} steps, the plan for world size "
+                f"{plan.world_size} says {plan.rows_per_rank} rows in {plan.steps_per_rank} steps"
             )
 
 

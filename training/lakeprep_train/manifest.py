@@ -5,10 +5,15 @@ manifest fails here, naming every bad field, instead of as a hung collective lat
 
 1. its structure, against `lakeprep_contracts/schemas/manifest.schema.json`, the file
    the exporter checks what it writes against;
-2. the exporter's promises that a schema cannot express and training relies on:
-   shard ``i`` on rank ``i % world_size``, ``rows == world_size * rows_per_rank``,
-   ``steps_per_rank == ceil(rows_per_rank / batch_size)``, equal rows on every rank,
-   class counts and weights per ``label.classes``, the window's days.
+2. the exporter's promises that a schema cannot express: the split's ``plan`` for the
+   spec's world size (shard ``i`` on rank ``i % world_size``, ``rows == world_size *
+   rows_per_rank``, ``steps_per_rank == ceil(rows_per_rank / batch_size)``, equal rows
+   on every rank), class counts and weights per ``label.classes``, the window's days.
+
+The trainer itself no longer needs that plan's world size: it plans each rank's rows
+at read time from the shards' row counts for whatever world size it runs with
+(``lakeprep_train.dataset.plan_rank``). The plan stays as a checked statement of how
+the export was sized, and for readers that still use it.
 
 :func:`verify_shards` then checks the shard files themselves.
 
@@ -446,6 +451,30 @@ def verify_shards(manifest: Manifest) -> list[str]:
     return problems
 
 
+def rows_per_rank_for(rows: int, world_size: int, remainder: str) -> int:
+    """Rows each of ``world_size`` ranks reads of ``rows``: drop the remainder or pad it up.
+
+    The one place of this arithmetic: the exporter's plan obeys it for the spec's world
+    size, the trainer's read-time plan (``dataset.plan_rank``) for the one it finds.
+    """
+    return rows // world_size if remainder == "drop" else math.ceil(rows / world_size)
+
+
+def _steps_by_world_size(train: Split, world_sizes: Sequence[int] = (1, 2, 3, 4, 8)) -> str:
+    """What the trainer's read-time plan gives per epoch for common world sizes."""
+    n, batch = sum(s.rows for s in train.shards), train.plan.batch_size
+    parts = []
+    for w in world_sizes:
+        if n < w:
+            parts.append(f"{w}: refused, fewer rows than ranks")
+            continue
+        per_rank = rows_per_rank_for(n, w, train.plan.remainder)
+        change = n - per_rank * w
+        extra = f", {change} dropped" if change > 0 else f", {-change} padded" if change < 0 else ""
+        parts.append(f"{w}: {per_rank} rows/rank, {math.ceil(per_rank / batch)} steps{extra}")
+    return "train per epoch by world size: " + "; ".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``check <manifest>``: validate the structure, then verify every shard."""
     parser = argparse.ArgumentParser(
@@ -470,9 +499,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     n_shards = sum(len(s.shards) for s in manifest.splits.values())
     summary = ", ".join(
-        f"{s.name} {s.rows} rows on {s.plan.world_size} rank(s)" for s in manifest.splits.values()
+        f"{s.name} {s.rows} rows in {len(s.shards)} shards, planned for {s.plan.world_size} rank(s)"
+        for s in manifest.splits.values()
     )
     print(f"{args.manifest}: ok, {n_shards} shards verified ({summary})")
+    print(_steps_by_world_size(manifest.split("train")))
     return 0
 
 

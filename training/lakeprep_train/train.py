@@ -4,10 +4,14 @@
     torchrun --nproc-per-node 2 -m lakeprep_train.train --manifest M --output DIR
 
 RANK, WORLD_SIZE and LOCAL_RANK come from the environment, as torchrun sets them.
-A preflight runs before any process group exists: a world size that differs from the
-manifest's plan is refused at once with both numbers, instead of hanging at the first
-collective. Rank 0 writes ``metrics.json``, ``model.pt`` and ``telemetry.json`` to
-the output folder, each atomically, and copies the manifest's fitted transform there as
+The export does not fix the number of processes: each rank plans its rows for the
+WORLD_SIZE it finds (``lakeprep_train.dataset.plan_rank``), equal steps on every rank,
+the remainder dropped or padded as the manifest says and counted in ``metrics.json``
+(``plan``). A preflight runs before any process group exists: a train split with fewer
+rows than ranks, or a shard whose footer disagrees with the manifest, is refused at
+once, naming the manifest field, instead of hanging at the first collective. Rank 0
+writes ``metrics.json``, ``model.pt`` and ``telemetry.json`` to the output folder, each
+atomically, and copies the manifest's fitted transform there as
 ``transform.json`` (checked against the manifest's sha256 before training starts), so
 the folder alone serves: ``python -m lakeprep_train.predict --model DIR --input RAW``.
 """
@@ -30,7 +34,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lakeprep_train import storage
-from lakeprep_train.dataset import RankBatches
+from lakeprep_train.dataset import RankBatches, RankPlan, plan_rank
 from lakeprep_train.evaluate import evaluate_split
 from lakeprep_train.manifest import Manifest, ManifestError, load_manifest
 from lakeprep_train.model import TabularMLP
@@ -87,16 +91,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def preflight(manifest: Manifest, env: DistributedEnv) -> None:
-    """Refuse a run that would hang or fail later, naming the manifest field."""
-    planned = manifest.split("train").plan.world_size
-    if env.world_size != planned:
-        raise PreflightError(
-            f"{manifest.location}: splits.train.plan.world_size is {planned}, but this run has "
-            f"WORLD_SIZE={env.world_size}; launch {planned} process(es) "
-            f"(torchrun --nproc-per-node {planned}) or export the shards again for {env.world_size}"
+def preflight(manifest: Manifest, env: DistributedEnv) -> RankPlan:
+    """Plan this rank's train rows for the run's world size; refuse a run that would hang.
+
+    Any world size is accepted, not only the export's ``plan.world_size``, as long as
+    every rank gets at least one train row.
+    """
+    try:
+        plan = plan_rank(
+            manifest.split("train"), env.world_size, env.rank, where=f"{manifest.location}: splits.train"
         )
+    except ValueError as err:
+        raise PreflightError(str(err)) from err
     manifest.split("validation")
+    return plan
 
 
 def resolve_device(choice: str, local_rank: int) -> torch.device:
@@ -200,6 +208,7 @@ def fit(
         manifest,
         "train",
         env.rank,
+        world_size=env.world_size,
         seed=args.seed,
         shuffle=args.shuffle,
         prefetch=args.prefetch,
@@ -306,6 +315,8 @@ def fit(
         "train_seconds": train_seconds,
         "steps_per_rank": data.plan.steps_per_rank,
         "batch_size": data.plan.batch_size,
+        # The read-time plan for this run's world size, and the export's for comparison.
+        "plan": {**data.plan.to_json(), "export_world_size": manifest.split("train").plan.world_size},
         "lr": args.lr,
         "seed": args.seed,
     }
@@ -353,19 +364,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         manifest = load_manifest(args.manifest)
-        preflight(manifest, env)
+        plan = preflight(manifest, env)
         device = resolve_device(args.device, env.local_rank)
-        RankBatches(manifest, "train", env.rank).check_shards()
+        RankBatches(manifest, "train", env.rank, world_size=env.world_size).check_shards()
         transform = read_transform(manifest) if env.rank == 0 else None
     except (ManifestError, PreflightError, ValueError) as err:
         log.error("preflight failed: %s", err)
         return 2
     log.info(
-        "training on %s: %s, world size %d, device %s",
+        "training on %s: %s, world size %d (exported for %d), device %s; train: %d rows per rank in "
+        "%d steps, %d dropped and %d padded per epoch (remainder %s)",
         manifest.location,
         ", ".join(f"{s.name} {s.rows} rows" for s in manifest.splits.values()),
         env.world_size,
+        manifest.split("train").plan.world_size,
         device,
+        plan.rows_per_rank,
+        plan.steps_per_rank,
+        plan.rows_dropped,
+        plan.rows_padded,
+        plan.remainder,
     )
     if env.world_size > 1:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
