@@ -30,10 +30,15 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libkrb5-dev openjdk-17-jre-headless >/dev/null; \
 	fi
 
+# providers-apache-spark pulls pyspark-client (4.2), which ships the same pyspark/ files as
+# pyspark (4.3): the last installed wins file by file. Put pyspark's own back on top, to
+# match its jars (on the mix, TorchDistributor's barrier stage fails in Py4J: "Constructor
+# ...UserDefinedPythonFunction(...) does not exist").
 $(STAMP): requirements.txt requirements-dev.txt requirements-train.txt pyproject.toml | system-deps
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements-dev.txt -r requirements-train.txt
+	$(BIN)/pip install -q --no-deps --force-reinstall "$$(grep -E '^pyspark==' requirements.txt)"
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $@
 

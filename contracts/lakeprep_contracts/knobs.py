@@ -20,6 +20,8 @@ _FRACTION = {"type": "number", "minimum": 0, "maximum": 1}
 _SEED = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
 _SCALINGS = ["standard", "minmax", "robust", "none"]
 _IMPUTES = ["mean", "median"]
+# The handoff's backends (lakeprep_airflow.backends has one module each).
+TRAINING_BACKENDS = ["local", "spark", "kubernetes"]
 _ENCODINGS = ["vocab", "hash"]
 _QUANTILE_PAIR = {
     "type": ["array", "null"],
@@ -377,7 +379,14 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
         ),
     ),
     "training": (
-        Knob("backend", "local", {"enum": ["local"]}, "`local`: the trainer runs on the Airflow worker"),
+        Knob(
+            "backend",
+            "local",
+            {"enum": TRAINING_BACKENDS},
+            "`local`: torchrun on the Airflow worker; `spark`: `TorchDistributor` on the Spark "
+            "cluster; `kubernetes`: a Kubeflow `PyTorchJob` (docs/TRAINING.md)",
+            FormField("training_backend", "Training backend", "Training"),
+        ),
         Knob(
             "world_size",
             1,
@@ -396,6 +405,51 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             1e-3,
             {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
             "Adam learning rate",
+        ),
+        Knob(
+            "num_processes",
+            None,
+            {"type": ["integer", "null"], "minimum": 1, "maximum": 1024},
+            "`spark`: `TorchDistributor` processes; must equal `world_size` (the shards are planned "
+            "for it); null = `world_size`",
+        ),
+        Knob(
+            "local_mode",
+            False,
+            {"type": "boolean"},
+            "`spark`: `true` runs the processes on the driver (the Airflow worker), `false` as "
+            "barrier tasks on the executors",
+        ),
+        Knob(
+            "use_gpu",
+            False,
+            {"type": "boolean"},
+            "`spark`: one GPU per process, from Spark's GPU resource scheduling (docs/TRAINING.md)",
+        ),
+        Knob(
+            "image",
+            "lakeprep/trainer:latest",
+            {"type": "string", "minLength": 1},
+            "`kubernetes`: the trainer image (`python -m lakeprep_train.train` and the training code)",
+        ),
+        Knob(
+            "namespace",
+            "default",
+            {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
+            "`kubernetes`: namespace of the `PyTorchJob`",
+        ),
+        Knob(
+            "gpus_per_worker",
+            1,
+            {"type": "integer", "minimum": 0, "maximum": 64},
+            "`kubernetes`: `nvidia.com/gpu` limit of each pod, one process per GPU (0: one CPU process)",
+        ),
+        Knob(
+            "workers",
+            None,
+            {"type": ["integer", "null"], "minimum": 1, "maximum": 1024},
+            "`kubernetes`: pods (master included); pods x processes per pod must equal `world_size`; "
+            "null = `world_size` / processes per pod",
         ),
     ),
 }

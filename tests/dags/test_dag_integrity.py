@@ -76,8 +76,9 @@ def test_trigger_form_validates_values(dagbag):
     from airflow.sdk.exceptions import ParamValidationError
 
     dag = dagbag.dags["lakeprep_flights"]
-    defaults = {k: dag.params[k] for k in ("sample_fraction", "seed", "epochs")}
-    assert defaults == {"sample_fraction": 1.0, "seed": 7, "epochs": 3}
+    defaults = {k: dag.params[k] for k in ("sample_fraction", "seed", "epochs", "training_backend")}
+    assert defaults == {"sample_fraction": 1.0, "seed": 7, "epochs": 3, "training_backend": "local"}
+    assert dag.params.get_param("training_backend").schema["enum"] == ["local", "spark", "kubernetes"]
     # Each field states its allowed range (from the knob declaration).
     assert "Allowed: > 0 and <= 1" in dag.params.get_param("sample_fraction").description
     assert "Allowed: >= 1 and <= 1000" in dag.params.get_param("epochs").description
@@ -88,7 +89,14 @@ def test_trigger_form_validates_values(dagbag):
         return params.validate()
 
     assert validate({"sample_fraction": 0.3, "seed": 1})["sample_fraction"] == 0.3
-    for bad in ({"sample_fraction": 0}, {"sample_fraction": 1.5}, {"seed": -1}, {"epochs": "many"}):
+    assert validate({"training_backend": "spark"})["training_backend"] == "spark"
+    for bad in (
+        {"sample_fraction": 0},
+        {"sample_fraction": 1.5},
+        {"seed": -1},
+        {"epochs": "many"},
+        {"training_backend": "slurm"},
+    ):
         with pytest.raises(ParamValidationError):
             validate(bad)
 

@@ -1,9 +1,17 @@
 """`GpuTrainingHandoffOperator`: hand an exported manifest to the reference trainer.
 
-Backend `local` (the one built so far) runs the trainer on the Airflow worker: plain
-`python -m lakeprep_train.train` for one rank, `torchrun --standalone --nproc-per-node N`
-for several (NCCL on CUDA, gloo on CPU, chosen by the trainer). The trainer's output is
-streamed into the task log; a non-zero exit fails the task with the trainer's last line.
+`training.backend` picks where it runs (one module each in `lakeprep_airflow.backends`,
+docs/TRAINING.md); an unknown one fails before any work, listing the backends.
+
+- `local` runs the trainer on the Airflow worker: plain `python -m lakeprep_train.train`
+  for one rank, `torchrun --standalone --nproc-per-node N` for several (NCCL on CUDA,
+  gloo on CPU, chosen by the trainer). Its output is streamed into the task log; a
+  non-zero exit fails the task with the trainer's last line.
+- `spark` runs the same entry point through `TorchDistributor` on the Spark cluster of
+  the `spark_conn_id` connection; the outputs are read and copied as for `local`.
+- `kubernetes` renders a Kubeflow `PyTorchJob` reading the manifest from the lake, logs
+  it, and submits it when the `kubernetes_conn_id` connection exists; the task returns
+  the job (it does not wait for it).
 
 For an `hdfs://` lake the export partition is copied to a local work folder first (the
 trainer reads local files) and the trainer's outputs are copied back to `output_uri`.
@@ -16,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +34,9 @@ from airflow.sdk import BaseOperator
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow import spec as spec_mod
+from lakeprep_airflow.backends import local as local_backend
+from lakeprep_airflow.backends import require_backend, trainer_args
+from lakeprep_airflow.backends.local import trainer_command
 from lakeprep_airflow.locations import (
     contracts_dir,
     require_lake_root,
@@ -38,38 +48,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 TRAINER_OUTPUTS = ("metrics.json", "telemetry.json", "model.pt", "transform.json")
-
-
-def trainer_command(
-    *,
-    manifest: str,
-    output: str,
-    world_size: int,
-    epochs: int,
-    learning_rate: float,
-    seed: int,
-    python: str = sys.executable,
-) -> list[str]:
-    """The trainer's command line (pure, so tests compare it as a list)."""
-    args = [
-        "-m",
-        "lakeprep_train.train",
-        "--manifest",
-        manifest,
-        "--output",
-        output,
-        "--epochs",
-        str(epochs),
-        "--lr",
-        str(learning_rate),
-        "--seed",
-        str(seed),
-    ]
-    if world_size == 1:
-        return [python, *args]
-    # torch.distributed.run is torchrun; calling it through this interpreter avoids
-    # depending on PATH.
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}", *args]
+__all__ = ["GpuTrainingHandoffOperator", "trainer_command"]
 
 
 def _copy_tree_down(fs: lake_fs.LakeFS, src: str, dst: Path) -> None:
@@ -89,14 +68,25 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
     :param run_ds: the partition date, YYYY-MM-DD; defaults to the run's logical date. (templated)
     :param overrides: dotted spec paths to values from the trigger form. (templated)
     :param webhdfs_conn_id: connection used for `hdfs://` lakes.
+    :param spark_conn_id: Spark connection (its master) of the `spark` backend.
+    :param kubernetes_conn_id: cncf-kubernetes connection of the `kubernetes` backend; the
+        job is rendered and logged but not submitted while no such connection exists.
     """
 
     template_fields: Sequence[str] = RUN_SPEC_FIELDS
     ui_color = "#f6e8fa"
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        spark_conn_id: str = "spark_default",
+        kubernetes_conn_id: str = "kubernetes_default",
+        **kwargs: Any,
+    ) -> None:
         # The spec fields are RunSpecMixin's; an own __init__ lets Airflow apply default_args.
         super().__init__(**kwargs)
+        self.spark_conn_id = spark_conn_id
+        self.kubernetes_conn_id = kubernetes_conn_id
 
     def locations(self, spec: spec_mod.DatasetSpec) -> tuple[str, str]:
         """(export partition URI, model output URI) for this run."""
@@ -107,16 +97,15 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow.providers.standard.hooks.subprocess import SubprocessHook
-
         spec = self.run_spec()
         training = spec.training
-        if training["backend"] != "local":
-            raise ValueError(f"training backend {training['backend']!r} is not supported; use 'local'")
+        backend = require_backend(training["backend"])
         export_uri, output_uri = self.locations(spec)
         fs, export_path = lake_fs.resolve(export_uri, webhdfs_conn_id=self.webhdfs_conn_id)
         if not fs.exists(lake_fs.join(export_path, "manifest.json")):
             raise FileNotFoundError(f"no manifest at {export_uri}/manifest.json; did export_shards run?")
+        if backend == "kubernetes":
+            return self._submit_pytorch_job(spec, export_uri, output_uri)
 
         remote = urlparse(export_uri).scheme not in ("", "file")
         work = Path(tempfile.mkdtemp(prefix=f"lakeprep-train-{spec.name}-"))
@@ -128,26 +117,44 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
             else:
                 manifest, out_dir = Path(export_path) / "manifest.json", Path(urlparse(output_uri).path)
             out_dir.mkdir(parents=True, exist_ok=True)
-            command = trainer_command(
-                manifest=str(manifest),
-                output=str(out_dir),
-                world_size=training["world_size"],
-                epochs=training["epochs"],
-                learning_rate=training["learning_rate"],
-                seed=spec.stages["sample"]["seed"],
+            # The trainer checks the manifest against lakeprep_contracts' schema.
+            pythonpath = os.pathsep.join(
+                filter(None, [str(training_dir()), str(contracts_dir()), os.environ.get("PYTHONPATH")])
             )
-            env = {
-                **os.environ,
-                "PYTHONPATH": os.pathsep.join(
-                    # The trainer checks the manifest against lakeprep_contracts' schema.
-                    filter(None, [str(training_dir()), str(contracts_dir()), os.environ.get("PYTHONPATH")])
-                ),
-            }
-            self.log.info("running trainer: %s", " ".join(command))
-            result = SubprocessHook().run_command(command=command, env=env, cwd=str(work))
-            if result.exit_code != 0:
-                raise RuntimeError(
-                    f"trainer exited with {result.exit_code} on {export_uri}/manifest.json: {result.output}"
+            if backend == "spark":
+                from lakeprep_airflow.backends import spark as spark_backend
+
+                args = trainer_args(
+                    manifest=str(manifest),
+                    output=str(out_dir),
+                    epochs=training["epochs"],
+                    learning_rate=training["learning_rate"],
+                    seed=spec.stages["sample"]["seed"],
+                )
+                self.log.info("TorchDistributor: %s %s", spark_backend.train_file(), " ".join(args))
+                spark_backend.run_trainer(
+                    args=args,
+                    training=training,
+                    spark_conn_id=self.spark_conn_id,
+                    pythonpath=pythonpath,
+                    app_name=f"lakeprep-train-{spec.name}-{self.run_ds}",
+                    spec_conf=spec.data.get("spark", {}).get("conf", {}),
+                )
+            else:
+                command = trainer_command(
+                    manifest=str(manifest),
+                    output=str(out_dir),
+                    world_size=training["world_size"],
+                    epochs=training["epochs"],
+                    learning_rate=training["learning_rate"],
+                    seed=spec.stages["sample"]["seed"],
+                )
+                self.log.info("running trainer: %s", " ".join(command))
+                local_backend.run_trainer(
+                    command,
+                    env={**os.environ, "PYTHONPATH": pythonpath},
+                    cwd=str(work),
+                    manifest_uri=f"{export_uri}/manifest.json",
                 )
             metrics = json.loads((out_dir / "metrics.json").read_text())
             if remote:
@@ -160,3 +167,46 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
             shutil.rmtree(work, ignore_errors=True)
         self.log.info("trained: %s", json.dumps(metrics.get("validation", {}), sort_keys=True))
         return {"model_uri": output_uri, "manifest_uri": f"{export_uri}/manifest.json", "metrics": metrics}
+
+    def _submit_pytorch_job(
+        self, spec: spec_mod.DatasetSpec, export_uri: str, output_uri: str
+    ) -> dict[str, Any]:
+        """Render the run's PyTorchJob, log it, submit it when the connection exists."""
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        from lakeprep_airflow.backends import kubernetes as k8s_backend
+
+        training = spec.training
+        out = urlparse(output_uri)
+        job = k8s_backend.render_pytorch_job(
+            name=k8s_backend.job_name(spec.name, self.run_ds),
+            training=training,
+            # The pods read the manifest from the lake; a file:// lake must be mounted at
+            # the same path (docs/TRAINING.md), which is also where the model goes.
+            args=trainer_args(
+                manifest=f"{export_uri}/manifest.json",
+                output=out.path if out.scheme in ("", "file") else "/outputs",
+                epochs=training["epochs"],
+                learning_rate=training["learning_rate"],
+                seed=spec.stages["sample"]["seed"],
+            ),
+            labels={"lakeprep/dataset": spec.name, "lakeprep/run-ds": self.run_ds},
+        )
+        self.log.info("PyTorchJob: %s", json.dumps(job, sort_keys=True))
+        result = {"backend": "kubernetes", "manifest_uri": f"{export_uri}/manifest.json", "job": job}
+        try:
+            BaseHook.get_connection(self.kubernetes_conn_id)
+        except AirflowNotFoundException:
+            self.log.warning("no connection %r: PyTorchJob rendered, not submitted", self.kubernetes_conn_id)
+            return {**result, "submitted": False}
+        k8s_backend.submit(job, kubernetes_conn_id=self.kubernetes_conn_id)
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        self.log.info(
+            "submitted PyTorchJob %s/%s; logs: kubectl logs -f -n %s -l training.kubeflow.org/job-name=%s",
+            namespace,
+            name,
+            namespace,
+            name,
+        )
+        return {**result, "submitted": True}

@@ -1,0 +1,330 @@
+"""The handoff's backends: dispatch, the spark and kubernetes settings, the rendered PyTorchJob.
+
+The PyTorchJob's pod templates and metadata are checked against the Kubernetes API
+schema as the official client models it: deserialized into `V1PodTemplateSpec` /
+`V1ObjectMeta` and serialized back unchanged (a misspelled or misplaced field is
+dropped by the models, a missing required one raises, so either fails the test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from kubernetes.client import ApiClient
+
+from lakeprep_airflow.backends import BACKENDS, require_backend, trainer_args
+from lakeprep_airflow.backends import kubernetes as k8s
+from lakeprep_airflow.backends import local as local_backend
+from lakeprep_airflow.backends import spark as spark_backend
+from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
+
+REPO = Path(__file__).resolve().parents[2]
+FLIGHTS = str(REPO / "pipelines" / "flights.yaml")
+RUN_DS = "2013-01-03"
+HOOK_MODULE = "airflow.providers.cncf.kubernetes.hooks.kubernetes"
+
+
+def training(**changes):
+    from lakeprep_contracts import knobs
+
+    return {**knobs.defaults("training"), **changes}
+
+
+def as_k8s_model(data: dict, klass: str):
+    """`data` as a kubernetes client model; it must serialize back to exactly `data`."""
+    client = ApiClient()
+    model = client._ApiClient__deserialize(data, klass)  # the client's own response decoder
+    assert client.sanitize_for_serialization(model) == data
+    return model
+
+
+# --------------------------------------------------------------------------- backend names
+
+
+def test_backends_are_the_knobs_enum():
+    assert BACKENDS == ("local", "spark", "kubernetes")
+
+
+def test_an_unknown_backend_is_refused_with_the_list():
+    with pytest.raises(ValueError, match=r"'slurm' is not supported; choose one of local, spark, kubernetes"):
+        require_backend("slurm")
+    assert require_backend("spark") == "spark"
+
+
+# --------------------------------------------------------------------------- spark
+
+
+def test_spark_distributor_settings_come_from_the_spec():
+    assert spark_backend.distributor_kwargs(training(world_size=2, use_gpu=True)) == {
+        "num_processes": 2,
+        "local_mode": False,
+        "use_gpu": True,
+    }
+    explicit = training(world_size=4, num_processes=4, local_mode=True)
+    assert spark_backend.distributor_kwargs(explicit)["num_processes"] == 4
+    assert spark_backend.distributor_kwargs(explicit)["local_mode"] is True
+
+
+def test_spark_refuses_processes_the_shards_are_not_planned_for():
+    with pytest.raises(ValueError, match=r"num_processes 3 must equal training.world_size 2"):
+        spark_backend.distributor_kwargs(training(world_size=2, num_processes=3))
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "master"),
+    [
+        ("127.0.0.1", 7077, "spark://127.0.0.1:7077"),
+        ("spark://master.example", None, "spark://master.example"),
+        ("local[2]", None, "local[2]"),
+        ("yarn", None, "yarn"),
+    ],
+)
+def test_spark_master_is_read_like_spark_submit_hook(host, port, master):
+    assert spark_backend.master_url(SimpleNamespace(host=host, port=port)) == master
+
+
+def test_spark_runs_the_trainers_own_entry_point(monkeypatch):
+    path = spark_backend.train_file()
+    assert path == REPO / "training" / "lakeprep_train" / "train.py" and path.is_file()
+    import lakeprep_train.train
+
+    calls = []
+    monkeypatch.setattr(lakeprep_train.train, "main", lambda argv: calls.append(argv) or 3)
+    assert spark_backend.trainer_entry_point()(["--manifest", "m"]) == 3
+    assert calls == [["--manifest", "m"]]
+
+
+def test_spark_entry_point_unpickles_without_the_plugin_package(tmp_path):
+    """What an executor does: unpickle and call it, with lakeprep_airflow unimportable."""
+    from pyspark import cloudpickle
+
+    pickled = tmp_path / "entry.pkl"
+    pickled.write_bytes(cloudpickle.dumps(spark_backend.trainer_entry_point()))
+    code = (
+        "import sys; sys.modules['lakeprep_airflow'] = None\n"  # any import of it now fails
+        "from pyspark import cloudpickle\n"
+        f"entry = cloudpickle.loads(open({str(pickled)!r}, 'rb').read())\n"
+        "entry(['--help'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr  # argparse's --help exits 0
+    assert "--manifest" in out.stdout
+
+
+def test_spark_session_settings():
+    conf = spark_backend.session_conf(pythonpath="/t:/c", python="/venv/bin/python")
+    assert conf["spark.executorEnv.PYTHONPATH"] == "/t:/c"
+    assert conf["spark.pyspark.python"] == "/venv/bin/python"
+    assert conf["spark.task.maxFailures"] == "1"
+
+
+# --------------------------------------------------------------------------- kubernetes
+
+
+ARGS = trainer_args(manifest="hdfs://nn:8020/m.json", output="/outputs", epochs=2, learning_rate=0.01, seed=7)
+
+
+def test_pytorch_job_has_one_master_and_workers_with_gpu_limits():
+    job = k8s.render_pytorch_job(
+        name="lakeprep-flights-2013-01-03",
+        training=training(world_size=4, gpus_per_worker=2, image="registry/lakeprep:1", namespace="ml"),
+        args=ARGS,
+    )
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    assert job["metadata"]["namespace"] == "ml"
+    assert job["spec"]["nprocPerNode"] == "2"
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert {role: spec["replicas"] for role, spec in replicas.items()} == {"Master": 1, "Worker": 1}
+    for spec in replicas.values():
+        assert spec["restartPolicy"] in ("Always", "OnFailure", "Never", "ExitCode")
+        pod = as_k8s_model(spec["template"], "V1PodTemplateSpec")
+        (container,) = pod.spec.containers
+        assert container.name == "pytorch"  # the training operator's container name
+        assert container.image == "registry/lakeprep:1"
+        assert container.resources.limits == {"nvidia.com/gpu": "2"}
+        assert container.command[:5] == [
+            "python",
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=2",
+            "--nproc-per-node=2",
+        ]
+        assert container.command[5:] == ["-m", "lakeprep_train.train", *ARGS]
+        assert "hdfs://nn:8020/m.json" in container.command
+    as_k8s_model(job["metadata"], "V1ObjectMeta")
+
+
+def test_pytorch_job_workers_default_to_world_size_per_pod():
+    one = k8s.render_pytorch_job(name="j", training=training(world_size=1, gpus_per_worker=1), args=ARGS)
+    assert list(one["spec"]["pytorchReplicaSpecs"]) == ["Master"]
+    cpu = k8s.render_pytorch_job(name="j", training=training(world_size=3, gpus_per_worker=0), args=ARGS)
+    assert cpu["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    template = cpu["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    assert "resources" not in template["spec"]["containers"][0]  # no GPU asked for
+    as_k8s_model(template, "V1PodTemplateSpec")
+
+
+def test_pytorch_job_refuses_workers_that_do_not_make_the_world_size():
+    with pytest.raises(
+        ValueError, match=r"workers 3 x 2 process\(es\) per pod .* must equal training.world_size 4"
+    ):
+        k8s.worker_count(training(world_size=4, gpus_per_worker=2, workers=3))
+    with pytest.raises(ValueError, match=r"must equal training.world_size 3"):
+        k8s.worker_count(training(world_size=3, gpus_per_worker=2))
+
+
+def test_job_names_are_dns_labels():
+    name = k8s.job_name("Flights_Delays.v2", "2013-01-03")
+    assert name == "lakeprep-flights-delays-v2-2013-01-03"
+    as_k8s_model({"name": name}, "V1ObjectMeta")
+    assert len(k8s.job_name("x" * 80, RUN_DS)) <= 48
+
+
+def test_the_schema_check_catches_bad_templates():
+    """The model round trip is a real check: it fails on a typo and on a missing name."""
+    good = k8s.render_pytorch_job(name="j", training=training(), args=ARGS)
+    template = good["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    typo = json.loads(json.dumps(template))
+    typo["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(AssertionError):
+        as_k8s_model(typo, "V1PodTemplateSpec")
+    nameless = json.loads(json.dumps(template))
+    del nameless["spec"]["containers"][0]["name"]
+    with pytest.raises(ValueError, match="name"):
+        as_k8s_model(nameless, "V1PodTemplateSpec")
+
+
+def test_submission_without_the_provider_names_the_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, HOOK_MODULE, None)  # import fails as if not installed
+    job = k8s.render_pytorch_job(name="j", training=training(), args=ARGS)
+    with pytest.raises(RuntimeError, match="apache-airflow-providers-cncf-kubernetes"):
+        k8s.submit(job, kubernetes_conn_id="kubernetes_default")
+
+
+# --------------------------------------------------------------------------- dispatch
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> Path:
+    """A lake whose export partition for RUN_DS has a manifest (the operator checks it exists)."""
+    export = tmp_path / "lake" / "export_shards" / "flights" / f"dt={RUN_DS}"
+    export.mkdir(parents=True)
+    (export / "manifest.json").write_text("{}")
+    return tmp_path / "lake"
+
+
+def handoff(lake: Path, **overrides) -> GpuTrainingHandoffOperator:
+    return GpuTrainingHandoffOperator(
+        task_id="gpu_training_handoff",
+        spec_path=FLIGHTS,
+        lake_root=f"file://{lake}",
+        run_ds=RUN_DS,
+        overrides={f"training.{k}": v for k, v in overrides.items()},
+    )
+
+
+def fake_trainer(calls: list, output_of):
+    """Records its call and writes the metrics.json the operator then reads."""
+
+    def run(*args, **kwargs):
+        calls.append((args, kwargs))
+        out = Path(output_of(args, kwargs))
+        (out / "metrics.json").write_text(json.dumps({"validation": {"accuracy": 1.0}}))
+
+    return run
+
+
+def test_operator_refuses_an_unknown_backend_before_any_work(tmp_path, monkeypatch):
+    op = handoff(tmp_path / "empty-lake")  # no manifest: a later check would fail differently
+    spec = op.run_spec()
+    # The spec schema refuses the name at parse; the operator must refuse it on its own too.
+    bad = dataclasses.replace(spec, data={**spec.data, "training": {**spec.training, "backend": "slurm"}})
+    monkeypatch.setattr(op, "run_spec", lambda: bad)
+    with pytest.raises(ValueError, match="choose one of local, spark, kubernetes"):
+        op.execute({})
+
+
+def test_local_backend_runs_the_command_on_the_worker(lake, monkeypatch):
+    calls: list = []
+    output_of = lambda args, kwargs: args[0][args[0].index("--output") + 1]  # noqa: E731
+    monkeypatch.setattr(local_backend, "run_trainer", fake_trainer(calls, output_of))
+    result = handoff(lake).execute({})
+    ((command,), kwargs) = calls[0]
+    assert command[1:3] == ["-m", "lakeprep_train.train"]
+    assert kwargs["manifest_uri"] == f"file://{lake}/export_shards/flights/dt={RUN_DS}/manifest.json"
+    assert result["metrics"] == {"validation": {"accuracy": 1.0}}
+
+
+def test_spark_backend_hands_the_trainer_args_to_the_distributor(lake, monkeypatch):
+    calls: list = []
+    output_of = lambda args, kwargs: kwargs["args"][kwargs["args"].index("--output") + 1]  # noqa: E731
+    monkeypatch.setattr(spark_backend, "run_trainer", fake_trainer(calls, output_of))
+    result = handoff(lake, backend="spark", local_mode="true").execute({})
+    (_, kwargs) = calls[0]
+    assert kwargs["spark_conn_id"] == "spark_default"
+    assert kwargs["training"]["backend"] == "spark" and kwargs["training"]["local_mode"] is True
+    assert kwargs["args"][:2] == [
+        "--manifest",
+        str(lake / "export_shards" / "flights" / f"dt={RUN_DS}" / "manifest.json"),
+    ]
+    assert str(REPO / "training") in kwargs["pythonpath"].split(":")
+    assert kwargs["spec_conf"]["spark.sql.shuffle.partitions"] == "4"  # the spec's spark.conf
+    assert (lake / "models" / "flights" / f"dt={RUN_DS}" / "metrics.json").exists()
+    assert result["model_uri"] == f"file://{lake}/models/flights/dt={RUN_DS}"
+
+
+def test_kubernetes_backend_renders_only_without_a_connection(lake, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", raising=False)
+    result = handoff(lake, backend="kubernetes", gpus_per_worker="1", image="registry/t:1").execute({})
+    assert result["submitted"] is False
+    job = result["job"]
+    assert job["metadata"]["name"] == f"lakeprep-flights-{RUN_DS}"
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry/t:1"
+    manifest = f"file://{lake}/export_shards/flights/dt={RUN_DS}/manifest.json"
+    assert container["command"][container["command"].index("--manifest") + 1] == manifest
+    assert container["command"][container["command"].index("--output") + 1] == str(
+        lake / "models" / "flights" / f"dt={RUN_DS}"
+    )
+
+
+def test_kubernetes_backend_submits_through_the_provider_hook(lake, monkeypatch):
+    created: list = []
+
+    class KubernetesHook:  # the provider's hook, as far as the backend uses it
+        def __init__(self, conn_id=None):
+            self.conn_id = conn_id
+
+        def create_custom_object(self, *, group, version, plural, body, namespace=None):
+            created.append((self.conn_id, group, version, plural, namespace, body))
+            return body
+
+    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=KubernetesHook))
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))
+    result = handoff(lake, backend="kubernetes", namespace="ml").execute({})
+    assert result["submitted"] is True
+    ((conn_id, group, version, plural, namespace, body),) = created
+    assert (conn_id, group, version, plural, namespace) == (
+        "kubernetes_default",
+        "kubeflow.org",
+        "v1",
+        "pytorchjobs",
+        "ml",
+    )
+    assert body == result["job"]
+
+
+def test_kubernetes_backend_with_a_connection_but_no_provider_fails_clearly(lake, monkeypatch):
+    monkeypatch.setitem(sys.modules, HOOK_MODULE, None)
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))
+    with pytest.raises(
+        RuntimeError, match="needs the Airflow provider package apache-airflow-providers-cncf-kubernetes"
+    ):
+        handoff(lake, backend="kubernetes").execute({})
