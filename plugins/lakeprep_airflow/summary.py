@@ -84,8 +84,8 @@ def collect(
         "manifest": lake_uri(lake_root, "export_shards", dataset, ds) + "/manifest.json"
         if manifest
         else None,
-        "model": lake_uri(lake_root, "models", dataset, ds) + "/model.pt" if metrics else None,
-        "report": lake_uri(lake_root, "reports", dataset, ds) + "/summary.md",
+        "model": lake_uri(lake_root, layout.MODELS, dataset, ds) + "/model.pt" if metrics else None,
+        "report": lake_uri(lake_root, layout.REPORTS, dataset, ds) + "/summary.md",
     }
 
 
@@ -229,9 +229,8 @@ def _fmt(x: float | None) -> str:
 
 
 def write(lake_root: str, day: dict[str, Any], *, webhdfs_conn_id: str = "webhdfs_default") -> None:
-    fs, path = lake_fs.resolve(
-        lake_uri(lake_root, "reports", day["dataset"], day["logical_date"]), webhdfs_conn_id=webhdfs_conn_id
-    )
+    uri = lake_uri(lake_root, layout.REPORTS, day["dataset"], day["logical_date"])
+    fs, path = lake_fs.resolve(uri, webhdfs_conn_id=webhdfs_conn_id)
     fs.makedirs(path)
     fs.write_bytes(lake_fs.join(path, "summary.json"), json.dumps(day, indent=2, sort_keys=True).encode())
     fs.write_bytes(lake_fs.join(path, "summary.md"), render(day).encode())

@@ -190,7 +190,7 @@ class PartitionCommit:
         # Under `_staging/` of the parent: readers of the parent skip `_` folders (Spark's
         # partition discovery does), while the staged folder's own name stays readable
         # (Spark ignores an explicit path whose last name starts with `_` or `.`).
-        self.staging = f"{parent}/_staging/{leaf}-{uuid.uuid4().hex[:12]}"
+        self.staging = f"{parent}/{layout.STAGING_DIR}/{leaf}-{uuid.uuid4().hex[:12]}"
 
     def __enter__(self) -> str:
         return self.staging

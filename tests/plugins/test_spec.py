@@ -179,6 +179,31 @@ def test_stage_params_are_accepted_by_the_spark_job(stage):
     assert dataclasses.asdict(built).items() >= params.items()
 
 
+@pytest.mark.parametrize("stage", [*spec_mod.STAGES, "balance"])
+def test_params_dataclass_defaults_are_the_knob_defaults(stage):
+    """A dataclass default that copies a knob's default must stay equal to it (one fact)."""
+    import importlib
+
+    from lakeprep_contracts import knobs
+
+    module = importlib.import_module(f"lakeprep_jobs.{stage}")
+    (cls,) = [
+        obj
+        for obj in vars(module).values()
+        if dataclasses.is_dataclass(obj)
+        and obj.__module__ == module.__name__
+        and obj.__name__.endswith("Params")
+    ]
+    declared = knobs.defaults(stage)
+    for field in dataclasses.fields(cls):
+        if field.name not in declared:
+            continue
+        if field.default is not dataclasses.MISSING:
+            assert field.default == declared[field.name], (stage, field.name)
+        elif field.default_factory is not dataclasses.MISSING:
+            assert field.default_factory() == declared[field.name], (stage, field.name)
+
+
 def test_config_hash_changes_with_the_data_shaping_fields():
     spec = load_spec(FLIGHTS)
     assert spec_mod.config_hash(spec) == spec_mod.config_hash(load_spec(FLIGHTS))

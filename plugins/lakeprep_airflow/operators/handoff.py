@@ -43,6 +43,7 @@ from lakeprep_airflow.locations import (
     training_dir,
 )
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
+from lakeprep_contracts import layout
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -93,7 +94,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
         root = require_lake_root(self.lake_root)
         return (
             spec_mod.lake_uri(root, "export_shards", spec.name, self.run_ds),
-            spec_mod.lake_uri(root, "models", spec.name, self.run_ds),
+            spec_mod.lake_uri(root, layout.MODELS, spec.name, self.run_ds),
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
