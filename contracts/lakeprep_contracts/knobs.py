@@ -407,6 +407,34 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "Adam learning rate",
         ),
         Knob(
+            "precision",
+            "auto",
+            {"enum": ["auto", "fp32", "bf16", "fp16"]},
+            "`auto`: bf16 autocast on CUDA devices with bf16, else fp16 with a gradient scaler; fp32 "
+            "on CPU (docs/GPU.md)",
+        ),
+        Knob(
+            "grad_accumulation_steps",
+            1,
+            {"type": "integer", "minimum": 1, "maximum": 1024},
+            "batches per optimizer step: the effective batch is the export's batch size x this x "
+            "the world size",
+        ),
+        Knob(
+            "checkpoint_every_steps",
+            100,
+            {"type": "integer", "minimum": 0, "maximum": 10_000_000},
+            "optimizer steps between checkpoints, besides the one at each epoch end (0: epoch ends "
+            "only); a restarted trainer resumes from the last",
+        ),
+        Knob(
+            "max_restarts",
+            2,
+            {"type": "integer", "minimum": 0, "maximum": 100},
+            "`local`, `kubernetes`: times torchrun restarts the ranks after one fails "
+            "(`--max-restarts`); each restart resumes from the last checkpoint",
+        ),
+        Knob(
             "num_processes",
             None,
             {"type": ["integer", "null"], "minimum": 1, "maximum": 1024},

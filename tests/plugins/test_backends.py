@@ -128,7 +128,12 @@ def test_spark_session_settings():
 # --------------------------------------------------------------------------- kubernetes
 
 
-ARGS = trainer_args(manifest="hdfs://nn:8020/m.json", output="/outputs", epochs=2, learning_rate=0.01, seed=7)
+ARGS = trainer_args(
+    manifest="hdfs://nn:8020/m.json",
+    output="/outputs",
+    training=training(epochs=2, learning_rate=0.01),
+    seed=7,
+)
 
 
 def test_pytorch_job_has_one_master_and_workers_with_gpu_limits():
@@ -156,7 +161,7 @@ def test_pytorch_job_has_one_master_and_workers_with_gpu_limits():
             "--nnodes=2",
             "--nproc-per-node=2",
         ]
-        assert container.command[5:] == ["-m", "lakeprep_train.train", *ARGS]
+        assert container.command[5:] == ["--max-restarts=2", "-m", "lakeprep_train.train", *ARGS]
         assert "hdfs://nn:8020/m.json" in container.command
     as_k8s_model(job["metadata"], "V1ObjectMeta")
 
@@ -235,8 +240,9 @@ def fake_trainer(calls: list, output_of):
 
     def run(*args, **kwargs):
         calls.append((args, kwargs))
-        out = Path(output_of(args, kwargs))
-        (out / "metrics.json").write_text(json.dumps({"validation": {"accuracy": 1.0}}))
+        out = output_of(args, kwargs)
+        if out is not None:  # the preflight writes nothing
+            (Path(out) / "metrics.json").write_text(json.dumps({"validation": {"accuracy": 1.0}}))
 
     return run
 
@@ -253,13 +259,21 @@ def test_operator_refuses_an_unknown_backend_before_any_work(tmp_path, monkeypat
 
 def test_local_backend_runs_the_command_on_the_worker(lake, monkeypatch):
     calls: list = []
-    output_of = lambda args, kwargs: args[0][args[0].index("--output") + 1]  # noqa: E731
+    output_of = lambda args, kwargs: args[0][args[0].index("--output") + 1] if "--output" in args[0] else None  # noqa: E731
     monkeypatch.setattr(local_backend, "run_trainer", fake_trainer(calls, output_of))
-    result = handoff(lake).execute({})
-    ((command,), kwargs) = calls[0]
+    result = handoff(lake, world_size="1", max_restarts="0").execute({})
+    ((check,), _), ((command,), kwargs) = calls
+    assert check[1:3] == ["-m", "lakeprep_train.preflight"]  # before any rank starts
     assert command[1:3] == ["-m", "lakeprep_train.train"]
     assert kwargs["manifest_uri"] == f"file://{lake}/export_shards/flights/dt={RUN_DS}/manifest.json"
     assert result["metrics"] == {"validation": {"accuracy": 1.0}}
+    # Written under the staging folder, with its checkpoint folder beside it; committed with _SUCCESS.
+    output = Path(command[command.index("--output") + 1])
+    assert output.parent.parent == lake / "models" / "flights" / "_staging"
+    assert command[command.index("--checkpoint-dir") + 1] == str(output.parent / "checkpoints")
+    committed = lake / "models" / "flights" / f"dt={RUN_DS}"
+    assert sorted(p.name for p in committed.iterdir()) == ["_SUCCESS", "metrics.json"]
+    assert not output.parent.exists()  # staging and checkpoints removed after the commit
 
 
 def test_spark_backend_hands_the_trainer_args_to_the_distributor(lake, monkeypatch):

@@ -75,7 +75,8 @@ def test_single_process_run_beats_the_baseline(export_one_rank, tmp_path):
 
 def test_preflight_plans_for_the_world_size_it_finds(export_two_ranks):
     from lakeprep_train.manifest import load_manifest
-    from lakeprep_train.train import DistributedEnv, preflight
+    from lakeprep_train.preflight import DistributedEnv
+    from lakeprep_train.preflight import plan_train as preflight
 
     manifest = load_manifest(str(export_two_ranks))  # exported for 2 ranks, 300 train rows
     plans = [preflight(manifest, DistributedEnv(rank, 3, rank)) for rank in range(3)]

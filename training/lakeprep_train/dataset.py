@@ -31,6 +31,7 @@ queue so the training loop does not wait on I/O.
 
 from __future__ import annotations
 
+import itertools
 import math
 import queue
 import threading
@@ -484,6 +485,7 @@ class RankBatches(IterableDataset):
         self.prefetch_depth = prefetch
         self.pin_memory = pin_memory
         self.with_ids = with_ids
+        self.skip_steps = 0
 
     @property
     def where(self) -> str:
@@ -503,9 +505,19 @@ class RankBatches(IterableDataset):
             where=f"{self.manifest.location}: splits.{self.split.name}",
         )
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.plan = self.plan_for_epoch(epoch)
+    def set_epoch(self, epoch: int, *, start_step: int = 0) -> None:
+        """Plan ``epoch``; the next iteration starts at batch ``start_step`` (a resumed run).
+
+        The skipped batches are still read and checked against the plan (their rows are
+        what makes the position exact), but not prefetched, pinned or yielded.
+        """
+        plan = self.plan_for_epoch(epoch)
+        if not 0 <= start_step <= plan.steps_per_rank:
+            raise ValueError(
+                f"{self.where}: start step {start_step} is outside epoch {epoch}'s "
+                f"{plan.steps_per_rank} steps"
+            )
+        self.epoch, self.plan, self.skip_steps = epoch, plan, start_step
 
     def check_shards(self) -> None:
         """Compare every shard's Parquet footer with the manifest, before any collective starts.
@@ -531,6 +543,9 @@ class RankBatches(IterableDataset):
             self.split, plan.spans, self.layout, with_ids=self.with_ids, rng=rng, where=self.where
         )
         planned = self._hold_to_plan(batch_blocks(blocks, plan.batch_size), plan)
+        skip, self.skip_steps = self.skip_steps, 0
+        if skip:
+            planned = itertools.islice(planned, skip, None)
         return prefetch(planned, self.prefetch_depth, pin_memory=self.pin_memory)
 
     def _hold_to_plan(self, batches: Iterator[Batch], plan: RankPlan) -> Iterator[Batch]:

@@ -12,6 +12,9 @@ if TYPE_CHECKING:
     from lakeprep_train.manifest import Feature
 
 
+HIDDEN = (128, 64)  # the demo model's hidden layers
+
+
 def embedding_dim(cardinality: int) -> int:
     """A width that grows slowly with the number of ids, capped at 16 for small tables."""
     return max(2, min(16, round(1.6 * cardinality**0.56)))
@@ -30,7 +33,7 @@ class TabularMLP(nn.Module):
         features: Sequence[Feature],
         num_classes: int,
         *,
-        hidden: Sequence[int] = (128, 64),
+        hidden: Sequence[int] = HIDDEN,
         dropout: float = 0.1,
     ) -> None:
         super().__init__()

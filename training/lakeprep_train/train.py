@@ -19,58 +19,43 @@ the folder alone serves: ``python -m lakeprep_train.predict --model DIR --input 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+import xxhash
 
-from lakeprep_train import storage
-from lakeprep_train.dataset import RankBatches, RankPlan, plan_rank
+from lakeprep_train import checkpoint, storage
+from lakeprep_train.dataset import RankBatches
 from lakeprep_train.evaluate import evaluate_split
 from lakeprep_train.manifest import Manifest, ManifestError, load_manifest
-from lakeprep_train.model import TabularMLP
+from lakeprep_train.model import HIDDEN, TabularMLP
+from lakeprep_train.preflight import (
+    DistributedEnv,
+    PreflightError,
+    check_memory,
+    estimate_memory,
+    plan_train,
+    resolve_device,
+)
 from lakeprep_train.telemetry import CommTimer, StepTelemetry, summarize
 
 log = logging.getLogger("lakeprep_train")
 
-HIDDEN = (128, 64)
 TRANSFORM_FILE = "transform.json"
-
-
-class PreflightError(RuntimeError):
-    """The run cannot start as configured; raised before any collective."""
-
-
-@dataclass(frozen=True)
-class DistributedEnv:
-    """This process's place in the job, from torchrun's environment variables."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> DistributedEnv:
-        values = {}
-        for key, default in (("RANK", 0), ("WORLD_SIZE", 1), ("LOCAL_RANK", 0)):
-            raw = environ.get(key, str(default))
-            try:
-                values[key] = int(raw)
-            except ValueError:
-                raise PreflightError(f"environment variable {key}={raw!r} must be an integer") from None
-        env = cls(values["RANK"], values["WORLD_SIZE"], values["LOCAL_RANK"])
-        if env.world_size < 1 or not 0 <= env.rank < env.world_size:
-            raise PreflightError(f"RANK={env.rank} must be in [0, WORLD_SIZE={env.world_size})")
-        return env
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DIGEST_MODULUS = 2**64
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -85,39 +70,35 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--prefetch", type=int, default=4, help="batches read ahead per rank (0: none)")
     parser.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="read in manifest order")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="auto",
+        help="auto: bf16 autocast on a CUDA device with bf16, else fp16 with a gradient scaler; fp32 on CPU",
+    )
+    parser.add_argument(
+        "--grad-accumulation", type=int, default=1, help="batches per optimizer step (1: every batch)"
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        help="folder for the run's checkpoint; a restarted run resumes from it (default: no checkpoints)",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="optimizer steps between checkpoints, besides the one at each epoch end (0: epoch ends only)",
+    )
+    parser.add_argument(
+        "--audit-rows",
+        action="store_true",
+        help="record a digest of the row ids each epoch trained on (metrics history rows_digest)",
+    )
     args = parser.parse_args(argv)
-    if args.epochs < 1:
-        parser.error(f"--epochs {args.epochs} must be at least 1")
+    for name, least in (("epochs", 1), ("grad_accumulation", 1), ("checkpoint_every", 0), ("prefetch", 0)):
+        if getattr(args, name) < least:
+            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)} must be at least {least}")
     return args
-
-
-def preflight(manifest: Manifest, env: DistributedEnv) -> RankPlan:
-    """Plan this rank's train rows for the run's world size; refuse a run that would hang.
-
-    Any world size is accepted, not only the export's ``plan.world_size``, as long as
-    every rank gets at least one train row.
-    """
-    try:
-        plan = plan_rank(
-            manifest.split("train"), env.world_size, env.rank, where=f"{manifest.location}: splits.train"
-        )
-    except ValueError as err:
-        raise PreflightError(str(err)) from err
-    manifest.split("validation")
-    return plan
-
-
-def resolve_device(choice: str, local_rank: int) -> torch.device:
-    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise PreflightError("--device cuda was asked for, but torch sees no CUDA device")
-    if local_rank >= torch.cuda.device_count():
-        raise PreflightError(
-            f"LOCAL_RANK={local_rank} has no GPU: torch sees {torch.cuda.device_count()} CUDA device(s)"
-        )
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
 
 
 def training_loss(
@@ -178,14 +159,95 @@ def _write_json(path: str, value: Any) -> None:
     _write_atomically(path, write)
 
 
+@dataclass(frozen=True)
+class Precision:
+    """How steps compute: ``autocast`` dtype (None: fp32) and whether a gradient scaler runs."""
+
+    name: str
+    autocast: torch.dtype | None
+    scaler: bool
+
+    def context(self, device: torch.device) -> Any:
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device.type, dtype=self.autocast)
+
+
+def resolve_precision(choice: str, device: torch.device) -> Precision:
+    """``auto``: bf16 on CUDA devices that have it, fp16 with a scaler on older ones, fp32 on CPU."""
+    bf16_ok = device.type != "cuda" or torch.cuda.is_bf16_supported()
+    if choice == "auto":
+        if device.type != "cuda":
+            return Precision("fp32", None, False)
+        choice = "bf16" if bf16_ok else "fp16"
+    if choice == "bf16":
+        if not bf16_ok:
+            raise PreflightError(
+                f"--precision bf16: {torch.cuda.get_device_name(device)} has no bf16 support; "
+                "use fp16 (with a gradient scaler) or auto"
+            )
+        return Precision("bf16", torch.bfloat16, False)
+    if choice == "fp16":
+        return Precision("fp16", torch.float16, True)
+    return Precision("fp32", None, False)
+
+
+def _row_digest(ids: Any) -> int:
+    """Order-independent digest of row ids: the sum of their xxh64, modulo 2**64."""
+    return sum(xxhash.xxh64_intdigest(str(i).encode()) for i in ids) % DIGEST_MODULUS
+
+
+def _gather(value: Any, world_size: int, distributed: bool) -> list[Any]:
+    if not distributed:
+        return [value]
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+@dataclass
+class Progress:
+    """What a run has done so far; saved in each checkpoint, restored on resume.
+
+    ``epoch_loss``, ``epoch_rows`` and ``epoch_digest`` are the current epoch's sums over
+    all ranks up to the checkpoint's step (rank 0 carries them after a resume).
+    """
+
+    train_losses: list[float] = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    validation: dict[str, Any] = field(default_factory=dict)
+    train_seconds: float = 0.0
+    rows_seen: float = 0.0
+    epoch_loss: float = 0.0
+    epoch_rows: float = 0.0
+    epoch_digest: int = 0
+
+
+def run_identity(manifest: Manifest, args: argparse.Namespace, precision: Precision) -> dict[str, Any]:
+    return {
+        "manifest": manifest.location,
+        "run_id": manifest.run_id,
+        "config_hash": manifest.config_hash,
+        "lr": args.lr,
+        "seed": args.seed,
+        "shuffle": args.shuffle,
+        "precision": precision.name,
+        "grad_accumulation": args.grad_accumulation,
+    }
+
+
 def fit(
     manifest: Manifest,
     args: argparse.Namespace,
     env: DistributedEnv,
     device: torch.device,
     transform: bytes | None = None,
+    precision: Precision | None = None,
+    *,
+    preflight: dict[str, Any] | None = None,
 ) -> None:
     distributed = env.world_size > 1
+    precision = precision or resolve_precision(args.precision, device)
     torch.manual_seed(args.seed)
     model = TabularMLP(manifest.features, len(manifest.label.classes), hidden=HIDDEN).to(device)
     net: torch.nn.Module = model
@@ -197,6 +259,7 @@ def fit(
         comm_timer = CommTimer()
         net.register_comm_hook(state=None, hook=comm_timer.hook)
     optimizer = torch.optim.Adam(net.parameters(), lr=args.lr)
+    scaler = torch.amp.GradScaler(device.type) if precision.scaler else None
     class_weight = None
     if manifest.class_weights:
         class_weight = torch.tensor(
@@ -213,19 +276,78 @@ def fit(
         shuffle=args.shuffle,
         prefetch=args.prefetch,
         pin_memory=device.type == "cuda",
+        with_ids=args.audit_rows,
     )
+    steps_per_epoch = data.plan.steps_per_rank
     telemetry = StepTelemetry(device, rank=env.rank, world_size=env.world_size)
-    train_losses: list[float] = []
-    history: list[dict[str, Any]] = []
-    validation: dict[str, Any] = {}
-    train_seconds = 0.0
-    rows_seen = 0.0
+    identity = run_identity(manifest, args, precision)
+    progress = Progress()
+    position = checkpoint.Position(0, 0, 0)
+    resumed = None
+    if args.checkpoint_dir:
+        state = checkpoint.load(
+            args.checkpoint_dir, identity=identity, world_size=env.world_size, epochs=args.epochs
+        )
+        if state is not None:
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            if scaler is not None and state["scaler"] is not None:
+                scaler.load_state_dict(state["scaler"])
+            if state["rng"] is not None:
+                torch.set_rng_state(state["rng"][env.rank])
+            position, progress = state["position"], state["progress"]
+            if env.rank != 0:  # rank 0 alone carries the epoch's sums so far
+                progress.epoch_loss = progress.epoch_rows = 0.0
+                progress.epoch_digest = 0
+            resumed = {**asdict(position), "from": os.path.join(args.checkpoint_dir, checkpoint.CHECKPOINT)}
+            log.info(
+                "resuming from %s: epoch %d, %d of %d steps done (%d optimizer steps)",
+                resumed["from"],
+                position.epoch + 1,
+                position.step,
+                steps_per_epoch,
+                position.global_step,
+            )
 
-    for epoch in range(args.epochs):
-        data.set_epoch(epoch)
+    def save_checkpoint(at: checkpoint.Position, loss_sum: float, rows: float, digest: int) -> None:
+        """Collective: every rank calls it at the same step; rank 0 writes."""
+        (total_loss, total_rows) = _all_reduce([loss_sum, rows], device, distributed)
+        rngs = _gather(torch.get_rng_state(), env.world_size, distributed)
+        digests = _gather(digest, env.world_size, distributed)
+        if env.rank != 0:
+            return
+        saved = dataclasses.replace(
+            progress,
+            epoch_loss=total_loss,
+            epoch_rows=total_rows,
+            epoch_digest=sum(digests) % DIGEST_MODULUS,
+        )
+        checkpoint.save(
+            args.checkpoint_dir,
+            {
+                "format": checkpoint.FORMAT,
+                "identity": identity,
+                "world_size": env.world_size,
+                "position": at,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "rng": rngs,
+                "progress": saved,
+            },
+        )
+        log.info("checkpoint: epoch %d, step %d/%d", at.epoch + 1, at.step, steps_per_epoch)
+
+    global_step = position.global_step
+    for epoch in range(position.epoch, args.epochs):
+        start_step = position.step if epoch == position.epoch else 0
+        data.set_epoch(epoch, start_step=start_step)
         net.train()
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        rows = 0
+        carried = start_step > 0 and env.rank == 0
+        loss_sum = torch.tensor(progress.epoch_loss if carried else 0.0, dtype=torch.float64, device=device)
+        rows = progress.epoch_rows if carried else 0.0
+        digest = progress.epoch_digest if carried else 0
+        step = start_step
         started = time.perf_counter()
         batches = iter(data)
         while True:
@@ -234,12 +356,29 @@ def fit(
             fetched = time.perf_counter()
             if batch is None:
                 break
+            if args.audit_rows:
+                digest = (digest + _row_digest(batch.ids)) % DIGEST_MODULUS
             batch = batch.to(device, non_blocking=True)
-            logits = net(batch.numeric, batch.categorical, batch.text)
-            loss = training_loss(logits, batch.label, class_weight)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+            group_start = (step // args.grad_accumulation) * args.grad_accumulation
+            group = min(args.grad_accumulation, steps_per_epoch - group_start)
+            step += 1
+            last_of_group = step - group_start == group
+            # Between optimizer steps DDP must not all-reduce: no_sync keeps the gradients local.
+            sync = contextlib.nullcontext() if last_of_group or not distributed else net.no_sync()
+            with sync:
+                with precision.context(device):
+                    logits = net(batch.numeric, batch.categorical, batch.text)
+                    loss = training_loss(logits.float(), batch.label, class_weight)
+                scaled = loss / group
+                (scaler.scale(scaled) if scaler is not None else scaled).backward()
+            if last_of_group:
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                global_step += 1
             if device.type == "cuda":
                 torch.cuda.synchronize(device)  # kernels are async: read the clock after they finish
             telemetry.record(
@@ -250,24 +389,42 @@ def fit(
             )
             loss_sum += loss.detach().double() * len(batch)
             rows += len(batch)
+            if (
+                args.checkpoint_dir
+                and args.checkpoint_every
+                and last_of_group
+                and global_step % args.checkpoint_every == 0
+                and step < steps_per_epoch
+            ):
+                save_checkpoint(checkpoint.Position(epoch, step, global_step), float(loss_sum), rows, digest)
         epoch_seconds = time.perf_counter() - started
         total_loss, total_rows = _all_reduce([float(loss_sum), float(rows)], device, distributed)
         (slowest,) = _all_reduce([epoch_seconds], device, distributed, op="max")
-        train_seconds += slowest
-        rows_seen += total_rows
-        train_losses.append(total_loss / total_rows)
+        epoch_digest = sum(_gather(digest, env.world_size, distributed)) % DIGEST_MODULUS
+        progress.train_seconds += slowest
+        progress.rows_seen += total_rows
+        progress.train_losses.append(total_loss / total_rows)
         if env.rank == 0:
-            validation = evaluate_split(model, manifest, "validation", device)
-            history.append({"epoch": epoch + 1, "train_loss": train_losses[-1], "validation": validation})
+            progress.validation = evaluate_split(model, manifest, "validation", device)
+            record: dict[str, Any] = {
+                "epoch": epoch + 1,
+                "train_loss": progress.train_losses[-1],
+                "rows": int(total_rows),
+                "validation": progress.validation,
+            }
+            if args.audit_rows:
+                record["rows_digest"] = f"{epoch_digest:016x}"
+            progress.history.append(record)
+            validation = progress.validation
             log.info(
                 "epoch %d/%d: train_loss %.4f on %d rows in %d steps/rank (%.0f samples/s); validation "
                 "loss %.4f accuracy %.4f balanced accuracy %.4f auc %s (baseline: always class %s, the "
                 "training majority: accuracy %.4f)",
                 epoch + 1,
                 args.epochs,
-                train_losses[-1],
+                progress.train_losses[-1],
                 total_rows,
-                data.plan.steps_per_rank,
+                steps_per_epoch,
                 total_rows / slowest if slowest else 0.0,
                 validation["loss"],
                 validation["accuracy"],
@@ -276,15 +433,15 @@ def fit(
                 validation["baseline"]["majority_class"],
                 validation["baseline"]["accuracy"],
             )
+        if args.checkpoint_dir:
+            progress.epoch_loss = progress.epoch_rows = 0.0
+            progress.epoch_digest = 0
+            save_checkpoint(checkpoint.Position(epoch + 1, 0, global_step), 0.0, 0.0, 0)
         if distributed:
-            dist.barrier()  # the other ranks wait here while rank 0 evaluates
+            dist.barrier()  # the other ranks wait here while rank 0 evaluates and checkpoints
 
     log.info("finished %d epochs: %d steps on this rank", args.epochs, len(telemetry.steps))
-    summaries = [telemetry.summary()]
-    if distributed:
-        gathered: list[Any] = [None] * env.world_size
-        dist.all_gather_object(gathered, summaries[0])
-        summaries = gathered
+    summaries = _gather(telemetry.summary(), env.world_size, distributed)
     if env.rank != 0:
         return
 
@@ -297,6 +454,7 @@ def fit(
         prefetch=args.prefetch,
         comm_measure="ddp comm hook: host time with an all-reduce in flight" if distributed else None,
     )
+    validation = progress.validation
     metrics: dict[str, Any] = {
         "manifest": manifest.location,
         "dataset": manifest.dataset,
@@ -304,33 +462,40 @@ def fit(
         "run_id": manifest.run_id,
         "config_hash": manifest.config_hash,
         "epochs": args.epochs,
-        "train_loss": train_losses,
+        "train_loss": progress.train_losses,
         "validation": validation,
         **({"test": test} if test is not None else {}),
         "baseline": {"split": "validation", **validation["baseline"]},
-        "history": history,
+        "history": progress.history,
         "world_size": env.world_size,
         "device": device.type,
-        "samples_per_second": rows_seen / train_seconds if train_seconds else 0.0,
-        "train_seconds": train_seconds,
-        "steps_per_rank": data.plan.steps_per_rank,
+        "precision": precision.name,
+        "grad_accumulation": args.grad_accumulation,
+        "optimizer_steps": global_step,
+        "samples_per_second": progress.rows_seen / progress.train_seconds if progress.train_seconds else 0.0,
+        "train_seconds": progress.train_seconds,
+        "steps_per_rank": steps_per_epoch,
         "batch_size": data.plan.batch_size,
         # The read-time plan for this run's world size, and the export's for comparison.
         "plan": {**data.plan.to_json(), "export_world_size": manifest.split("train").plan.world_size},
+        # torchrun counts its restarts of the worker group; the position the run resumed at.
+        "restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        "resumed_from": resumed,
+        "preflight": preflight,
         "lr": args.lr,
         "seed": args.seed,
     }
     os.makedirs(args.output, exist_ok=True)
     _write_json(os.path.join(args.output, "metrics.json"), metrics)
     _write_json(os.path.join(args.output, "telemetry.json"), report)
-    checkpoint = {
+    saved_model = {
         "state_dict": model.state_dict(),
         "features": [f.to_json() for f in manifest.features],
         "label": {"name": manifest.label.name, "classes": list(manifest.label.classes)},
         "hidden": list(HIDDEN),
         "manifest": manifest.location,
     }
-    _write_atomically(os.path.join(args.output, "model.pt"), lambda target: torch.save(checkpoint, target))
+    _write_atomically(os.path.join(args.output, "model.pt"), lambda target: torch.save(saved_model, target))
     written = "metrics.json, model.pt, telemetry.json"
     if transform is not None:
 
@@ -350,6 +515,23 @@ def fit(
     )
 
 
+def init_process_group(device: torch.device) -> None:
+    """NCCL on CUDA, gloo on CPU, over a store namespaced by torchrun's restart count.
+
+    torchrun's agent keeps one store for all restarts of the worker group; without a
+    namespace the restarted ranks can read the killed ranks' addresses and fail to
+    connect (gloo: "connectFullMesh failed ... Connection refused").
+    """
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    store, rank, world_size = next(dist.rendezvous("env://"))
+    dist.init_process_group(
+        backend="nccl" if device.type == "cuda" else "gloo",
+        store=dist.PrefixStore(f"lakeprep/restart-{restart}", store),
+        rank=rank,
+        world_size=world_size,
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -364,21 +546,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         manifest = load_manifest(args.manifest)
-        plan = preflight(manifest, env)
-        device = resolve_device(args.device, env.local_rank)
+        plan = plan_train(manifest, env)
+        device = resolve_device(args.device, env)
+        precision = resolve_precision(args.precision, device)
         RankBatches(manifest, "train", env.rank, world_size=env.world_size).check_shards()
         transform = read_transform(manifest) if env.rank == 0 else None
+        model = TabularMLP(manifest.features, len(manifest.label.classes), hidden=HIDDEN)
+        memory = check_memory(
+            estimate_memory(manifest, model, plan.batch_size, prefetch=args.prefetch), device, env
+        )
     except (ManifestError, PreflightError, ValueError) as err:
         log.error("preflight failed: %s", err)
         return 2
     log.info(
-        "training on %s: %s, world size %d (exported for %d), device %s; train: %d rows per rank in "
-        "%d steps, %d dropped and %d padded per epoch (remainder %s)",
+        "training on %s: %s, world size %d (exported for %d), device %s, precision %s, memory "
+        "estimate %.1f MiB of %.1f MiB free; train: %d rows per rank in %d steps, %d dropped and %d "
+        "padded per epoch (remainder %s)",
         manifest.location,
         ", ".join(f"{s.name} {s.rows} rows" for s in manifest.splits.values()),
         env.world_size,
         manifest.split("train").plan.world_size,
         device,
+        precision.name,
+        memory["estimate"]["total_bytes"] / 2**20,
+        memory["free_bytes"] / 2**20,
         plan.rows_per_rank,
         plan.steps_per_rank,
         plan.rows_dropped,
@@ -386,9 +577,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan.remainder,
     )
     if env.world_size > 1:
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        init_process_group(device)
     try:
-        fit(manifest, args, env, device, transform)
+        fit(manifest, args, env, device, transform, precision, preflight=memory)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

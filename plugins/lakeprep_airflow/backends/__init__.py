@@ -12,6 +12,9 @@ imports the handoff operator, and so this package.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from lakeprep_contracts import knobs
 
 BACKENDS: tuple[str, ...] = tuple(knobs.knob("training", "backend").schema["enum"])
@@ -27,17 +30,46 @@ def require_backend(name: object) -> str:
     return str(name)
 
 
-def trainer_args(*, manifest: str, output: str, epochs: int, learning_rate: float, seed: int) -> list[str]:
-    """The arguments of `python -m lakeprep_train.train`, the same for every backend."""
-    return [
+def trainer_args(
+    *,
+    manifest: str,
+    output: str,
+    training: Mapping[str, Any],
+    seed: int,
+    checkpoint_dir: str | None = None,
+) -> list[str]:
+    """The arguments of `python -m lakeprep_train.train`, the same for every backend.
+
+    `training` is the spec's training section (epochs, learning_rate, precision,
+    grad_accumulation_steps, checkpoint_every_steps); `checkpoint_dir` is where the
+    trainer keeps its checkpoint, so that a restarted trainer resumes.
+    """
+    args = [
         "--manifest",
         manifest,
         "--output",
         output,
         "--epochs",
-        str(epochs),
+        str(training["epochs"]),
         "--lr",
-        str(learning_rate),
+        str(training["learning_rate"]),
         "--seed",
         str(seed),
+        "--precision",
+        training["precision"],
+        "--grad-accumulation",
+        str(training["grad_accumulation_steps"]),
     ]
+    if checkpoint_dir is not None:
+        args += [
+            "--checkpoint-dir",
+            checkpoint_dir,
+            "--checkpoint-every",
+            str(training["checkpoint_every_steps"]),
+        ]
+    return args
+
+
+def torchrun_options(training: Mapping[str, Any]) -> list[str]:
+    """torchrun's options from the spec: restarts of the worker group after a rank fails."""
+    return [f"--max-restarts={training['max_restarts']}"]

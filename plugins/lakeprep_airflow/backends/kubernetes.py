@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from lakeprep_airflow.backends import torchrun_options
+
 GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
 PROVIDER_PACKAGE = "apache-airflow-providers-cncf-kubernetes"
 # The training operator finds the trainer by this container name.
@@ -77,6 +79,7 @@ def render_pytorch_job(
         "torch.distributed.run",
         f"--nnodes={workers}",
         f"--nproc-per-node={per_pod}",
+        *torchrun_options(training),
         "-m",
         "lakeprep_train.train",
         *args,

@@ -3,33 +3,51 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
+from typing import Any
 
-from lakeprep_airflow.backends import trainer_args
+from lakeprep_airflow.backends import torchrun_options
 
 
 def trainer_command(
-    *,
-    manifest: str,
-    output: str,
-    world_size: int,
-    epochs: int,
-    learning_rate: float,
-    seed: int,
-    python: str = sys.executable,
+    *, args: list[str], training: Mapping[str, Any], python: str = sys.executable
 ) -> list[str]:
-    """The trainer's command line (pure, so tests compare it as a list)."""
-    args = [
+    """The trainer's command line for `args` (pure, so tests compare it as a list).
+
+    One rank without restarts runs the module directly; otherwise torchrun starts
+    `world_size` ranks and restarts them `max_restarts` times after a failure (the
+    trainer resumes from its checkpoint). torch.distributed.run is torchrun; calling it
+    through this interpreter avoids depending on PATH.
+    """
+    world_size = training["world_size"]
+    if world_size == 1 and not training["max_restarts"]:
+        return [python, "-m", "lakeprep_train.train", *args]
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world_size}",
+        *torchrun_options(training),
         "-m",
         "lakeprep_train.train",
-        *trainer_args(
-            manifest=manifest, output=output, epochs=epochs, learning_rate=learning_rate, seed=seed
-        ),
+        *args,
     ]
-    if world_size == 1:
-        return [python, *args]
-    # torch.distributed.run is torchrun; calling it through this interpreter avoids
-    # depending on PATH.
-    return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}", *args]
+
+
+def preflight_command(
+    *, manifest: str, training: Mapping[str, Any], python: str = sys.executable
+) -> list[str]:
+    """`lakeprep_train.preflight` for this host: every rank's plan, the GPUs, the memory estimate."""
+    return [
+        python,
+        "-m",
+        "lakeprep_train.preflight",
+        "--manifest",
+        manifest,
+        "--world-size",
+        str(training["world_size"]),
+    ]
 
 
 def run_trainer(command: list[str], *, env: dict[str, str], cwd: str, manifest_uri: str) -> None:
@@ -38,4 +56,4 @@ def run_trainer(command: list[str], *, env: dict[str, str], cwd: str, manifest_u
 
     result = SubprocessHook().run_command(command=command, env=env, cwd=cwd)
     if result.exit_code != 0:
-        raise RuntimeError(f"trainer exited with {result.exit_code} on {manifest_uri}: {result.output}")
+        raise RuntimeError(f"{command[2]} exited with {result.exit_code} on {manifest_uri}: {result.output}")

@@ -3,24 +3,33 @@
 `training.backend` picks where it runs (one module each in `lakeprep_airflow.backends`,
 docs/TRAINING.md); an unknown one fails before any work, listing the backends.
 
-- `local` runs the trainer on the Airflow worker: plain `python -m lakeprep_train.train`
-  for one rank, `torchrun --standalone --nproc-per-node N` for several (NCCL on CUDA,
-  gloo on CPU, chosen by the trainer). Its output is streamed into the task log; a
-  non-zero exit fails the task with the trainer's last line.
+- `local` runs the trainer on the Airflow worker: `python -m lakeprep_train.preflight`
+  first (every rank's plan, the GPUs, the memory estimate: one clear error instead of N
+  failing ranks), then `torchrun --standalone --nproc-per-node N --max-restarts R`
+  (NCCL on CUDA, gloo on CPU, chosen by the trainer; plain `python -m
+  lakeprep_train.train` for one rank without restarts). Its output is streamed into the
+  task log; a non-zero exit fails the task with the trainer's last line.
 - `spark` runs the same entry point through `TorchDistributor` on the Spark cluster of
   the `spark_conn_id` connection; the outputs are read and copied as for `local`.
 - `kubernetes` renders a Kubeflow `PyTorchJob` reading the manifest from the lake, logs
   it, and submits it when the `kubernetes_conn_id` connection exists; the task returns
   the job (it does not wait for it).
 
-For an `hdfs://` lake the export partition is copied to a local work folder first (the
-trainer reads local files) and the trainer's outputs are copied back to `output_uri`.
+The model folder lands like every stage's partition: the trainer writes it under
+`models/<dataset>/_staging/dt=<ds>-<run key>/` (with its checkpoints beside it), and
+only a finished run is committed, `_SUCCESS` inside, by a rename onto
+`models/<dataset>/dt=<ds>`. The run key is the same for every try of the task, so a
+retry resumes from the killed try's checkpoint; what that try had written of the model
+folder is removed first. For an `hdfs://` lake the export partition is copied to a
+local work folder (the trainer reads local files), and the model folder is uploaded to
+the lake's staging folder and renamed into place.
 The task returns the trainer's metrics (its XCom), so the run summary and later tasks
 read them without touching the lake.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -50,6 +59,21 @@ if TYPE_CHECKING:
 
 TRAINER_OUTPUTS = ("metrics.json", "telemetry.json", "model.pt", "transform.json")
 __all__ = ["GpuTrainingHandoffOperator", "trainer_command"]
+
+
+def run_key(context: Context | dict) -> str:
+    """A short name for the task's run, the same for all its tries (`manual` outside a run)."""
+    ti = context.get("ti") if hasattr(context, "get") else None
+    if ti is None:
+        return "manual"
+    identity = f"{ti.dag_id}/{ti.run_id}/{getattr(ti, 'map_index', -1)}"
+    return hashlib.sha1(identity.encode()).hexdigest()[:12]
+
+
+def staging_path(out_path: str, key: str) -> str:
+    """`<models>/<dataset>/_staging/dt=<ds>-<key>`: where a run's model folder is built."""
+    parent, _, leaf = out_path.rstrip("/").rpartition("/")
+    return f"{parent}/{layout.STAGING_DIR}/{leaf}-{key}"
 
 
 def _copy_tree_down(fs: lake_fs.LakeFS, src: str, dst: Path) -> None:
@@ -109,65 +133,95 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
             return self._submit_pytorch_job(spec, export_uri, output_uri)
 
         remote = urlparse(export_uri).scheme not in ("", "file")
-        work = Path(tempfile.mkdtemp(prefix=f"lakeprep-train-{spec.name}-"))
-        try:
-            if remote:
-                self.log.info("copying %s to %s for training", export_uri, work / "export")
-                _copy_tree_down(fs, export_path, work / "export")
-                manifest, out_dir = work / "export" / "manifest.json", work / "model"
-            else:
-                manifest, out_dir = Path(export_path) / "manifest.json", Path(urlparse(output_uri).path)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            # The trainer checks the manifest against lakeprep_contracts' schema.
-            pythonpath = os.pathsep.join(
-                filter(None, [str(training_dir()), str(contracts_dir()), os.environ.get("PYTHONPATH")])
-            )
-            if backend == "spark":
-                from lakeprep_airflow.backends import spark as spark_backend
+        out_fs, out_path = lake_fs.resolve(output_uri, webhdfs_conn_id=self.webhdfs_conn_id)
+        staged = staging_path(out_path, run_key(context))
+        # The trainer writes under `work`: the lake's own staging folder on file:// lakes,
+        # a local folder otherwise (the trainer reads and writes local files). Its name
+        # is stable for the task's run, so a retry finds the killed attempt's checkpoint
+        # and resumes; whatever else that attempt left is removed first.
+        work = (
+            Path(staged)
+            if not remote
+            else Path(tempfile.gettempdir()) / f"lakeprep-train-{Path(staged).name}"
+        )
+        model_dir, checkpoints = work / "model", work / "checkpoints"
+        if model_dir.exists():
+            self.log.info("removing %s, left by an earlier attempt (its checkpoints stay)", model_dir)
+            shutil.rmtree(model_dir)
+        model_dir.mkdir(parents=True)
+        if remote:
+            self.log.info("copying %s to %s for training", export_uri, work / "export")
+            shutil.rmtree(work / "export", ignore_errors=True)
+            _copy_tree_down(fs, export_path, work / "export")
+            manifest = work / "export" / "manifest.json"
+        else:
+            manifest = Path(export_path) / "manifest.json"
+        args = trainer_args(
+            manifest=str(manifest),
+            output=str(model_dir),
+            training=training,
+            seed=spec.stages["sample"]["seed"],
+            checkpoint_dir=str(checkpoints),
+        )
+        # The trainer checks the manifest against lakeprep_contracts' schema.
+        pythonpath = os.pathsep.join(
+            filter(None, [str(training_dir()), str(contracts_dir()), os.environ.get("PYTHONPATH")])
+        )
+        if backend == "spark":
+            from lakeprep_airflow.backends import spark as spark_backend
 
-                args = trainer_args(
-                    manifest=str(manifest),
-                    output=str(out_dir),
-                    epochs=training["epochs"],
-                    learning_rate=training["learning_rate"],
-                    seed=spec.stages["sample"]["seed"],
-                )
-                self.log.info("TorchDistributor: %s %s", spark_backend.train_file(), " ".join(args))
-                spark_backend.run_trainer(
-                    args=args,
-                    training=training,
-                    spark_conn_id=self.spark_conn_id,
-                    pythonpath=pythonpath,
-                    app_name=f"lakeprep-train-{spec.name}-{self.run_ds}",
-                    spec_conf=spec.data.get("spark", {}).get("conf", {}),
-                )
-            else:
-                command = trainer_command(
-                    manifest=str(manifest),
-                    output=str(out_dir),
-                    world_size=training["world_size"],
-                    epochs=training["epochs"],
-                    learning_rate=training["learning_rate"],
-                    seed=spec.stages["sample"]["seed"],
-                )
-                self.log.info("running trainer: %s", " ".join(command))
-                local_backend.run_trainer(
-                    command,
-                    env={**os.environ, "PYTHONPATH": pythonpath},
-                    cwd=str(work),
-                    manifest_uri=f"{export_uri}/manifest.json",
-                )
-            metrics = json.loads((out_dir / "metrics.json").read_text())
-            if remote:
-                out_fs, out_path = lake_fs.resolve(output_uri, webhdfs_conn_id=self.webhdfs_conn_id)
-                out_fs.makedirs(out_path)
-                for name in TRAINER_OUTPUTS:
-                    if (out_dir / name).exists():
-                        out_fs.write_bytes(lake_fs.join(out_path, name), (out_dir / name).read_bytes())
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-        self.log.info("trained: %s", json.dumps(metrics.get("validation", {}), sort_keys=True))
+            self.log.info("TorchDistributor: %s %s", spark_backend.train_file(), " ".join(args))
+            spark_backend.run_trainer(
+                args=args,
+                training=training,
+                spark_conn_id=self.spark_conn_id,
+                pythonpath=pythonpath,
+                app_name=f"lakeprep-train-{spec.name}-{self.run_ds}",
+                spec_conf=spec.data.get("spark", {}).get("conf", {}),
+            )
+        else:
+            env = {**os.environ, "PYTHONPATH": pythonpath}
+            where = f"{export_uri}/manifest.json"
+            check = local_backend.preflight_command(manifest=str(manifest), training=training)
+            self.log.info("preflight: %s", " ".join(check))
+            local_backend.run_trainer(check, env=env, cwd=str(work), manifest_uri=where)
+            command = trainer_command(args=args, training=training)
+            self.log.info("running trainer: %s", " ".join(command))
+            local_backend.run_trainer(command, env=env, cwd=str(work), manifest_uri=where)
+        metrics = json.loads((model_dir / "metrics.json").read_text())
+        (model_dir / layout.SUCCESS).write_bytes(b"")
+        self._commit(out_fs, model_dir, staged, out_path, remote=remote)
+        shutil.rmtree(work, ignore_errors=True)
+        self.log.info(
+            "trained (%s, %d restart(s)%s): %s",
+            metrics.get("precision"),
+            metrics.get("restarts", 0),
+            f", resumed at {metrics['resumed_from']}" if metrics.get("resumed_from") else "",
+            json.dumps(metrics.get("validation", {}), sort_keys=True),
+        )
         return {"model_uri": output_uri, "manifest_uri": f"{export_uri}/manifest.json", "metrics": metrics}
+
+    def _commit(
+        self, fs: lake_fs.LakeFS, model_dir: Path, staged: str, out_path: str, *, remote: bool
+    ) -> None:
+        """Swap the finished model folder in as the run's partition; `_SUCCESS` is already inside.
+
+        A reader sees the old folder, no folder or the new one, never a part (as a Spark
+        stage's `PartitionCommit`). On a remote lake the files are first uploaded to the
+        lake's staging folder, then renamed.
+        """
+        if remote:
+            fs.delete(staged)
+            for name in (*TRAINER_OUTPUTS, layout.SUCCESS):
+                if (model_dir / name).exists():
+                    fs.write_bytes(lake_fs.join(staged, name), (model_dir / name).read_bytes())
+            source = staged
+        else:
+            source = str(model_dir)
+        if fs.exists(out_path):
+            fs.delete(out_path)
+        fs.replace(source, out_path)
+        self.log.info("committed %s", out_path)
 
     def _submit_pytorch_job(
         self, spec: spec_mod.DatasetSpec, export_uri: str, output_uri: str
@@ -180,6 +234,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
 
         training = spec.training
         out = urlparse(output_uri)
+        output = out.path if out.scheme in ("", "file") else "/outputs"
         job = k8s_backend.render_pytorch_job(
             name=k8s_backend.job_name(spec.name, self.run_ds),
             training=training,
@@ -187,10 +242,11 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
             # the same path (docs/TRAINING.md), which is also where the model goes.
             args=trainer_args(
                 manifest=f"{export_uri}/manifest.json",
-                output=out.path if out.scheme in ("", "file") else "/outputs",
-                epochs=training["epochs"],
-                learning_rate=training["learning_rate"],
+                output=output,
+                training=training,
                 seed=spec.stages["sample"]["seed"],
+                # Beside the model, on the same mount: a restarted pod's trainer resumes.
+                checkpoint_dir=f"{output}/_checkpoints",
             ),
             labels={"lakeprep/dataset": spec.name, "lakeprep/run-ds": self.run_ds},
         )
