@@ -1,11 +1,14 @@
-"""Build one Airflow DAG per dataset spec: `lakeprep_<name>`.
+"""Build two Airflow DAGs per dataset spec: `lakeprep_<name>` and `lakeprep_<name>_train`.
 
     daily:  wait_for_partition >> validate >> preprocess >> sample
     window: >> wait_for_window >> check_drift >> fit_transform >> export_shards
             >> gpu_training_handoff
+    train:  gpu_training_handoff      (on each event of the export's Asset, or by hand)
 
 The daily stages keep no fitted state, so backfilled days run in parallel; the window
-stages run once per run over the trailing window (docs/PIPELINE.md).
+stages run once per run over the trailing window (docs/PIPELINE.md). `export_shards`
+publishes the dataset's export Asset; the train DAG retrains on an export without
+re-running Spark (`lakeprep_airflow.retrain`, docs/TRAINING.md).
 
 Only wiring happens here (it runs at every parse): no Spark, no connection or Variable
 look-ups, no I/O beyond the spec file. Run-time values (the lake root, the date, the
@@ -14,6 +17,7 @@ trigger form's values) are templates rendered in the task.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 
 import pendulum
@@ -22,7 +26,15 @@ from airflow.sdk import DAG, Param, chain
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE
 from lakeprep_airflow.operators.drift import DriftCheckOperator
 from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
+from lakeprep_airflow.operators.retrain_handoff import RetrainHandoffOperator
 from lakeprep_airflow.operators.spark_stage import SparkStageOperator
+from lakeprep_airflow.retrain import (
+    PARTITION_MACRO,
+    RUN_DS_PARAM,
+    TRAIN_RUN_DS_TEMPLATE,
+    export_asset,
+    partition_to_train,
+)
 from lakeprep_airflow.sensors.partition import PartitionSensor
 from lakeprep_airflow.sensors.window import WindowSensor
 from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, DatasetSpec, expand
@@ -36,6 +48,9 @@ TASKS = (
     *WINDOW_STAGES,
     "gpu_training_handoff",
 )
+TRAIN_TASKS = ("gpu_training_handoff",)
+# The spec section whose form knobs the train DAG's form offers (backend, epochs).
+TRAIN_FORM_SECTION = "training"
 
 
 def _spec_value(spec: DatasetSpec, dotted: str):
@@ -45,15 +60,29 @@ def _spec_value(spec: DatasetSpec, dotted: str):
     return node
 
 
-def form_overrides() -> dict[str, str]:
+def _form_knobs(spec_section: str | None) -> list[tuple[str, knobs.Knob]]:
+    """The `form` knobs, all or those of one spec section (`training`)."""
+    return [
+        (path, k)
+        for path, k in knobs.form_knobs()
+        if spec_section is None or path.split(".", 1)[0] == spec_section
+    ]
+
+
+def form_overrides(spec_section: str | None = None) -> dict[str, str]:
     """Trigger-form field -> the spec field it overrides (from the knob declarations)."""
-    return {k.form.param: path for path, k in knobs.form_knobs()}
+    return {k.form.param: path for path, k in _form_knobs(spec_section)}
 
 
-def trigger_params(spec: DatasetSpec) -> dict[str, Param]:
+def override_templates(spec_section: str | None = None) -> dict[str, str]:
+    """The tasks' `overrides`: spec field -> `{{ params.<form field> }}`."""
+    return {target: f"{{{{ params.{name} }}}}" for name, target in form_overrides(spec_section).items()}
+
+
+def trigger_params(spec: DatasetSpec, spec_section: str | None = None) -> dict[str, Param]:
     """The trigger form: one field per `form` knob, default from the spec, bounds from the knob."""
     params = {}
-    for path, k in knobs.form_knobs():
+    for path, k in _form_knobs(spec_section):
         schema = {key: v for key, v in k.schema.items() if key != "description"}
         params[k.form.param] = Param(
             _spec_value(spec, path),
@@ -66,8 +95,13 @@ def trigger_params(spec: DatasetSpec) -> dict[str, Param]:
     return params
 
 
+def build_dags(spec: DatasetSpec) -> list[DAG]:
+    """Both DAGs of a spec: the pipeline and its retraining DAG."""
+    return [build_dag(spec), build_train_dag(spec)]
+
+
 def build_dag(spec: DatasetSpec) -> DAG:
-    overrides = {target: f"{{{{ params.{name} }}}}" for name, target in form_overrides().items()}
+    overrides = override_templates()
     source = spec.source
     start = spec.data.get("start_date")
     end = spec.data.get("end_date")
@@ -116,7 +150,14 @@ def build_dag(spec: DatasetSpec) -> DAG:
         )
         drift = DriftCheckOperator(task_id="check_drift", spec_path=spec_path, overrides=overrides)
         window = [
-            SparkStageOperator(task_id=stage, stage=stage, spec_path=spec_path, overrides=overrides)
+            SparkStageOperator(
+                task_id=stage,
+                stage=stage,
+                spec_path=spec_path,
+                overrides=overrides,
+                # A successful export's event carries the partition date and manifest URI.
+                outlets=[export_asset(spec.name)] if stage == "export_shards" else [],
+            )
             for stage in WINDOW_STAGES
         ]
         handoff = GpuTrainingHandoffOperator(
@@ -124,6 +165,62 @@ def build_dag(spec: DatasetSpec) -> DAG:
         )
         chain(wait, *daily, wait_window, drift, *window, handoff)
     return dag
+
+
+def build_train_dag(spec: DatasetSpec) -> DAG:
+    """`lakeprep_<name>_train`: train on an existing export, on its Asset's events or by hand.
+
+    Runs started by the export's Asset have no logical date: the partition comes from the
+    event's extra, or from the form's *Partition date* (`run_ds`) when triggered by hand
+    (precedence in `lakeprep_airflow.retrain`). No Spark runs here.
+    """
+    asset = export_asset(spec.name)
+    params = {
+        RUN_DS_PARAM: Param(
+            None,
+            type=["null", "string"],
+            format="date",
+            title="Partition date",
+            description="The export (dt=YYYY-MM-DD) to train on. Required when triggered by hand; "
+            "empty: the date in the triggering export event's extra. Set, it wins over the event.",
+            section="Partition",
+        ),
+        **trigger_params(spec, TRAIN_FORM_SECTION),
+    }
+    with DAG(
+        dag_id=f"{spec.dag_id}_train",
+        description=f"Retrain {spec.name} on an existing export (no Spark)",
+        doc_md=_train_doc(spec, asset.name),
+        schedule=[asset],
+        # Off: a DAG enabled late does not replay every export event before it.
+        catchup=False,
+        max_active_runs=4,
+        default_args={
+            "owner": spec.data.get("owner", "lakeprep"),
+            "retries": 2,
+            "retry_delay": timedelta(minutes=2),
+        },
+        params=params,
+        user_defined_macros={PARTITION_MACRO: functools.partial(partition_to_train, asset=asset)},
+        tags=["lakeprep", spec.name, "train"],
+    ) as dag:
+        RetrainHandoffOperator(
+            task_id="gpu_training_handoff",
+            spec_path=str(spec.path),
+            run_ds=TRAIN_RUN_DS_TEMPLATE,
+            overrides=override_templates(TRAIN_FORM_SECTION),
+        )
+    return dag
+
+
+def _train_doc(spec: DatasetSpec, asset_name: str) -> str:
+    return (
+        f"### lakeprep: retrain `{spec.name}`\n\nTrains on an export of `{spec.dag_id}` without "
+        f"re-running Spark. Scheduled on the Asset `{asset_name}` (each successful `export_shards`); "
+        "the partition is the form's *Partition date* when set, else the event's `extra.ds`. "
+        f"The model goes to `models/{spec.name}/retrain/dt=<ds>/<run id>/`.\n\n"
+        f"`{' >> '.join(TRAIN_TASKS)}`\n"
+    )
 
 
 def _doc(spec: DatasetSpec) -> str:

@@ -36,6 +36,66 @@ def test_no_import_errors(dagbag):
     assert "lakeprep_flights" in dagbag.dag_ids
 
 
+def test_every_spec_has_its_pipeline_and_its_train_dag(dagbag):
+    from lakeprep_airflow.spec import discover_specs, load_spec
+
+    names = [load_spec(path).name for path in discover_specs()]
+    assert names and set(dagbag.dag_ids) == {f"lakeprep_{n}{s}" for n in names for s in ("", "_train")}
+
+
+def test_export_shards_publishes_the_asset_the_train_dag_is_scheduled_on(dagbag):
+    from airflow.sdk import Asset
+    from airflow.sdk.definitions.timetables.assets import AssetTriggeredTimetable
+
+    asset = Asset(name="lakeprep_flights.export_shards", uri="lakeprep://flights/export_shards")
+    main = dagbag.dags["lakeprep_flights"]
+    assert main.get_task("export_shards").outlets == [asset]
+    assert [t.task_id for t in main.tasks if t.outlets] == ["export_shards"]
+    train = dagbag.dags["lakeprep_flights_train"]
+    assert isinstance(train.timetable, AssetTriggeredTimetable)
+    assert list(train.timetable.asset_condition.objects) == [asset]
+    assert train.catchup is False
+
+
+def test_train_dag_retrains_with_the_training_form(dagbag):
+    from airflow.sdk.exceptions import ParamValidationError
+
+    from lakeprep_airflow.operators.retrain_handoff import RetrainHandoffOperator
+
+    dag = dagbag.dags["lakeprep_flights_train"]
+    [task] = dag.tasks
+    assert isinstance(task, RetrainHandoffOperator) and task.task_id == "gpu_training_handoff"
+    assert "triggering_asset_events" in task.run_ds and "params" in task.run_ds
+    assert task.overrides == {
+        "training.backend": "{{ params.training_backend }}",
+        "training.epochs": "{{ params.epochs }}",
+    }
+    assert task.retries == 2 and task.owner == "ml-data"
+    assert dag.tags >= {"lakeprep", "flights", "train"}
+    assert dag.doc_md and "gpu_training_handoff" in dag.doc_md
+    # The partition date (empty: the event's) and the training knobs of the main form only.
+    assert {k: dag.params[k] for k in dag.params} == {
+        "run_ds": None,
+        "training_backend": "local",
+        "epochs": 3,
+    }
+    assert dag.params.get_param("run_ds").schema["format"] == "date"
+
+    def validate(conf):
+        params = copy.deepcopy(dag.params)
+        params.update(conf)
+        return params.validate()
+
+    assert validate({"run_ds": "2013-01-02", "epochs": 9}) == {
+        "run_ds": "2013-01-02",
+        "training_backend": "local",
+        "epochs": 9,
+    }
+    for bad in ({"run_ds": "2013-02-30"}, {"run_ds": 20130101}, {"epochs": 0}, {"training_backend": "slurm"}):
+        with pytest.raises(ParamValidationError):
+            validate(bad)
+
+
 def test_chain_is_the_pipeline_in_order(dagbag):
     dag = dagbag.dags["lakeprep_flights"]
     assert set(dag.task_ids) == set(CHAIN)

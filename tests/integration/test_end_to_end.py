@@ -143,6 +143,63 @@ def test_trainer_beats_the_training_majority_baseline_on_validation(day_run):
     assert (day_run / "models" / "flights" / f"dt={DAY}" / "model.pt").stat().st_size > 0
 
 
+def test_the_export_event_carries_the_partition_and_a_retrain_reuses_it(day_run, demo_lake):
+    """Retraining without re-preparing: the day's export event, then the train DAG on it.
+
+    The event is the one Airflow recorded when `day_run`'s export_shards succeeded; the
+    train run is triggered by hand with the form's values (the asset-triggered path
+    through the scheduler is the scheduler stack's test).
+    """
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from lakeprep_airflow.retrain import export_asset
+
+    asset = export_asset("flights")
+    with create_session() as session:
+        events = session.scalars(
+            select(AssetEvent)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetModel.name == asset.name, AssetModel.uri == asset.uri)
+        ).all()
+        extras = [(e.source_dag_id, e.source_task_id, dict(e.extra)) for e in events]
+    [(source_dag, source_task, extra)] = extras
+    assert (source_dag, source_task) == ("lakeprep_flights", "export_shards")
+    export = day_run / "export_shards" / "flights" / f"dt={DAY}"
+    assert extra["ds"] == DAY and extra["dataset"] == "flights"
+    assert extra["manifest_uri"] == f"file://{export}/manifest.json"
+    manifest = json.loads((export / "manifest.json").read_text())
+    assert extra["config_hash"] == manifest["config_hash"]
+
+    main_model = day_run / "models" / "flights" / f"dt={DAY}"
+    main_metrics = (main_model / "metrics.json").read_text()
+    exported = {p: p.stat().st_mtime_ns for p in export.rglob("*") if p.is_file()}
+    result = airflow(
+        "dags",
+        "test",
+        "lakeprep_flights_train",
+        "-c",
+        json.dumps({"run_ds": extra["ds"], "epochs": 1}),
+        lake=demo_lake,
+        timeout=600,
+    )
+    tail = (result.stdout + result.stderr)[-6000:]
+    assert result.returncode == 0, tail
+    assert "state=success" in result.stdout + result.stderr, tail
+    retrains = day_run / "models" / "flights" / "retrain" / f"dt={DAY}"
+    [retrained] = [p for p in retrains.iterdir() if not p.name.startswith(("_", "."))]
+    assert retrained.name.startswith("manual__")
+    metrics = json.loads((retrained / "metrics.json").read_text())
+    assert len(metrics["train_loss"]) == 1  # the form's epochs, not the spec's 3
+    assert metrics["validation"]["rows"] == manifest["splits"]["validation"]["rows"]
+    assert (retrained / "model.pt").stat().st_size > 0 and (retrained / "transform.json").is_file()
+    # Nothing re-prepared, nothing overwritten: the export and the daily model are as they were.
+    assert {p: p.stat().st_mtime_ns for p in export.rglob("*") if p.is_file()} == exported
+    assert (main_model / "metrics.json").read_text() == main_metrics
+    assert "spark-submit" not in result.stdout + result.stderr
+
+
 def test_invalid_trigger_conf_is_refused(airflow_db, demo_lake):
     result = airflow(
         "dags", "test", "lakeprep_flights", DAY, "-c", '{"sample_fraction": 5}', lake=demo_lake, timeout=300

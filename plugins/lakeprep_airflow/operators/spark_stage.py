@@ -171,4 +171,26 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
             report.get("rows_out"),
             report.get("rows_quarantined"),
         )
+        self._describe_outlet_events(context, output)
         return report
+
+    def _describe_outlet_events(self, context: Context, output: str) -> None:
+        """Give each outlet Asset's event the partition it stands for (its `extra`).
+
+        Airflow emits the events only when the task succeeds, so they always name a
+        committed partition. Asset-triggered consumers have no logical date: the date
+        and the manifest's URI come from here (`lakeprep_airflow.retrain`).
+        """
+        from airflow.sdk import Asset
+
+        from lakeprep_airflow.retrain import export_event_extra
+
+        assets = [outlet for outlet in self.outlets if isinstance(outlet, Asset)]
+        if not assets:
+            return
+        spec = self.run_spec()
+        extra = export_event_extra(
+            dataset=spec.name, ds=self.run_ds, partition_uri=output, config_hash=spec_mod.config_hash(spec)
+        )
+        for asset in assets:
+            context["outlet_events"][asset].extra = extra
