@@ -190,6 +190,11 @@ def test_job_names_are_dns_labels():
     assert name == "lakeprep-flights-delays-v2-2013-01-03"
     as_k8s_model({"name": name}, "V1ObjectMeta")
     assert len(k8s.job_name("x" * 80, RUN_DS)) <= 48
+    # A retrain of the same day (another run key) gets another job; the key survives the cut.
+    keyed = k8s.job_name("x" * 80, RUN_DS, "0123456789ab")
+    assert len(keyed) <= 48 and keyed.endswith(f"-{RUN_DS}-0123456789ab")
+    assert k8s.job_name("flights", RUN_DS, "aaa") != k8s.job_name("flights", RUN_DS, "bbb")
+    as_k8s_model({"name": keyed}, "V1ObjectMeta")
 
 
 def test_the_schema_check_catches_bad_templates():
@@ -299,7 +304,7 @@ def test_kubernetes_backend_renders_only_without_a_connection(lake, monkeypatch)
     result = handoff(lake, backend="kubernetes", gpus_per_worker="1", image="registry/t:1").execute({})
     assert result["submitted"] is False
     job = result["job"]
-    assert job["metadata"]["name"] == f"lakeprep-flights-{RUN_DS}"
+    assert job["metadata"]["name"] == f"lakeprep-flights-{RUN_DS}-manual"  # run key outside a run
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry/t:1"
     manifest = f"file://{lake}/export_shards/flights/dt={RUN_DS}/manifest.json"

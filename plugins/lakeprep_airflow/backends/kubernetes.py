@@ -44,10 +44,16 @@ def worker_count(training: Mapping[str, Any]) -> int:
     return workers
 
 
-def job_name(dataset: str, run_ds: str) -> str:
-    """A DNS-1123 name, short enough for the pod names the operator derives from it."""
-    name = re.sub(r"[^a-z0-9-]+", "-", f"lakeprep-{dataset}-{run_ds}".lower()).strip("-")
-    return name[:48].rstrip("-")
+def job_name(dataset: str, run_ds: str, run_key: str | None = None) -> str:
+    """A DNS-1123 name, short enough for the pod names the operator derives from it.
+
+    `run_key` (the handoff's hash of DAG and run) keeps a retrain of a day apart from
+    that day's own job; the date and the key always survive the cut.
+    """
+    suffix = "-".join(filter(None, [run_ds, run_key]))
+    limit = 48 - len(suffix) - 1
+    head = re.sub(r"[^a-z0-9-]+", "-", f"lakeprep-{dataset}".lower()).strip("-")[:limit].rstrip("-")
+    return re.sub(r"[^a-z0-9-]+", "-", f"{head}-{suffix}".lower()).strip("-")
 
 
 def _pod_template(*, image: str, command: list[str], gpus: int, labels: dict[str, str]) -> dict[str, Any]:

@@ -130,7 +130,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
         if not fs.exists(lake_fs.join(export_path, "manifest.json")):
             raise FileNotFoundError(f"no manifest at {export_uri}/manifest.json; did export_shards run?")
         if backend == "kubernetes":
-            return self._submit_pytorch_job(spec, export_uri, output_uri)
+            return self._submit_pytorch_job(spec, export_uri, output_uri, context)
 
         remote = urlparse(export_uri).scheme not in ("", "file")
         out_fs, out_path = lake_fs.resolve(output_uri, webhdfs_conn_id=self.webhdfs_conn_id)
@@ -224,7 +224,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
         self.log.info("committed %s", out_path)
 
     def _submit_pytorch_job(
-        self, spec: spec_mod.DatasetSpec, export_uri: str, output_uri: str
+        self, spec: spec_mod.DatasetSpec, export_uri: str, output_uri: str, context: Context
     ) -> dict[str, Any]:
         """Render the run's PyTorchJob, log it, submit it when the connection exists."""
         from airflow.sdk import BaseHook
@@ -236,7 +236,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
         out = urlparse(output_uri)
         output = out.path if out.scheme in ("", "file") else "/outputs"
         job = k8s_backend.render_pytorch_job(
-            name=k8s_backend.job_name(spec.name, self.run_ds),
+            name=k8s_backend.job_name(spec.name, self.run_ds, run_key(context)),
             training=training,
             # The pods read the manifest from the lake; a file:// lake must be mounted at
             # the same path (docs/TRAINING.md), which is also where the model goes.
