@@ -136,6 +136,13 @@ def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | N
         "baseline_class": base.get("majority_class"),
         "baseline_source": base.get("source"),
         "bottleneck": (telemetry or {}).get("classification"),
+        # The numbers behind the class ("data wait 3%, all-reduce 0% ... under their thresholds").
+        "bottleneck_reason": (telemetry or {}).get("reason"),
+        "data_wait_share": ((telemetry or {}).get("shares") or {}).get("data"),
+        "samples_per_second": metrics.get("samples_per_second"),
+        "precision": metrics.get("precision"),
+        "restarts": metrics.get("restarts"),
+        "resumed_from": metrics.get("resumed_from"),
     }
 
 
@@ -218,8 +225,18 @@ def render(day: dict[str, Any]) -> str:
             f"vs majority-class baseline {_fmt(t['baseline_accuracy'])} (always class {t['baseline_class']}, "
             f"{source}; balanced accuracy {_fmt(t.get('baseline_balanced_accuracy'))}, "
             f"AUC {_fmt(t.get('baseline_auc'))})"
-            + (f"; bottleneck: {t['bottleneck']}" if t["bottleneck"] else "")
         )
+        if t["bottleneck"]:
+            lines.append(
+                f"  bottleneck: {t['bottleneck']}: {t['bottleneck_reason']}; "
+                f"{t['samples_per_second']:.0f} samples/s, {t['precision']}"
+                + (f", {t['restarts']} restart(s)" if t.get("restarts") else "")
+                + (
+                    f", resumed at epoch {t['resumed_from']['epoch'] + 1} step {t['resumed_from']['step']}"
+                    if t.get("resumed_from")
+                    else ""
+                )
+            )
     lines += [f"manifest: {day['manifest']}", f"model: {day['model']}", f"report: {day['report']}", ""]
     return "\n".join(lines)
 

@@ -219,6 +219,10 @@ def test_run_summary_shows_the_day(day_run):
     row = f"| validate | {validate['rows_in']} | {validate['rows_out']} | {validate['rows_quarantined']} |"
     assert row in text
     assert "vs majority-class baseline" in text and "the training majority" in text
+    # The bottleneck with the numbers behind it, as telemetry.json classifies the run.
+    telemetry = json.loads((day_run / "models" / "flights" / f"dt={DAY}" / "telemetry.json").read_text())
+    assert f"  bottleneck: {telemetry['classification']}: {telemetry['reason']}; " in text
+    assert "samples/s, fp32" in text
     assert day["manifest"] in text
     assert "class balance of the window (sampling.json)" in text and "  train: sampled " in text
     assert day["class_balance"]["strategy"] == "undersample"

@@ -278,7 +278,7 @@ def test_local_backend_runs_the_command_on_the_worker(lake, monkeypatch):
     assert command[command.index("--checkpoint-dir") + 1] == str(output.parent / "checkpoints")
     committed = lake / "models" / "flights" / f"dt={RUN_DS}"
     assert sorted(p.name for p in committed.iterdir()) == ["_SUCCESS", "metrics.json"]
-    assert not output.parent.exists()  # staging and checkpoints removed after the commit
+    assert not output.parent.parent.exists()  # staging and checkpoints removed after the commit
 
 
 def test_spark_backend_hands_the_trainer_args_to_the_distributor(lake, monkeypatch):

@@ -29,6 +29,7 @@ read them without touching the lake.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -192,6 +193,9 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
         (model_dir / layout.SUCCESS).write_bytes(b"")
         self._commit(out_fs, model_dir, staged, out_path, remote=remote)
         shutil.rmtree(work, ignore_errors=True)
+        if not remote:  # the last run's staging leaves no empty `_staging/` in the lake
+            with contextlib.suppress(OSError):
+                work.parent.rmdir()
         self.log.info(
             "trained (%s, %d restart(s)%s): %s",
             metrics.get("precision"),
