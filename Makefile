@@ -22,12 +22,13 @@ export PYTHONPATH := $(CURDIR)/plugins:$(CURDIR)/spark_jobs:$(CURDIR)/training:$
 DEMO_FROM ?= 2013-01-01
 DEMO_TO ?= 2013-01-03
 
-.PHONY: demo test lint format venv system-deps land-demo-data cluster-up cluster-down clean
+.PHONY: demo test lint format venv system-deps land-demo-data cluster-up cluster-down up down clean
 
 system-deps:
-	@if ! dpkg -s libkrb5-dev >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1; then \
-	  echo "installing Debian packages: libkrb5-dev (gssapi build for the HDFS provider), Java 17"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libkrb5-dev openjdk-17-jre-headless >/dev/null; \
+	@if ! dpkg -s libkrb5-dev >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1 \
+	    || ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
+	  echo "installing Debian packages: libkrb5-dev (gssapi build for the HDFS provider), Java 17, PostgreSQL (make up)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libkrb5-dev openjdk-17-jre-headless postgresql >/dev/null; \
 	fi
 
 # providers-apache-spark pulls pyspark-client (4.2), which ships the same pyspark/ files as
@@ -81,5 +82,13 @@ cluster-up: $(STAMP)
 cluster-down:
 	python3 hadoop/cluster.py down
 
-clean: cluster-down
-	rm -rf .lake .airflow .pytest_cache .cluster
+# The real Airflow services (api-server, scheduler, dag-processor, triggerer) on PostgreSQL,
+# on 127.0.0.1, state in .stack/ (see docs/OPERATIONS.md). Prints the UI URL and the login.
+up: $(STAMP)
+	$(BIN)/python ops/airflow_stack.py up
+
+down:
+	python3 ops/airflow_stack.py down
+
+clean: cluster-down down
+	rm -rf .lake .airflow .pytest_cache .cluster .stack

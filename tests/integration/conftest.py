@@ -46,3 +46,54 @@ def hdfs_spark_cluster() -> Iterator[dict]:
         yield started
     if not was_up:
         cluster_module.down()
+
+
+def _load_airflow_stack_module() -> ModuleType:
+    """ops/ is a tool folder too: load airflow_stack.py by path, like cluster.py."""
+    spec = importlib.util.spec_from_file_location("lakeprep_airflow_stack", REPO / "ops" / "airflow_stack.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+airflow_stack_module = _load_airflow_stack_module()
+
+
+@pytest.fixture(scope="session")
+def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The real Airflow services on PostgreSQL (ops/airflow_stack.py), for this run only.
+
+    A stack of its own, in a fresh state dir on free ports, with its lake under pytest's
+    tmp dir: a developer's stack in .stack/ keeps running untouched (its lake root is fixed
+    while it runs, so it could not be reused for a test lake). Spark runs local, whatever
+    another fixture exported. Stopped at the end; the service and task logs are copied
+    to ``<tmp>/airflow-stack-logs`` first. Startup errors fail the tests: nothing skips.
+    """
+    import shutil
+    import tempfile
+
+    lake = tmp_path_factory.mktemp("stack-lake")
+    # Not under pytest's tmp dir: that is 0700 root, and PostgreSQL runs as `postgres`.
+    state_dir = Path(tempfile.mkdtemp(prefix="lakeprep-airflow-stack-"))
+    try:
+        started = airflow_stack_module.up(
+            state_dir,
+            lake_root=f"file://{lake}",
+            ports=airflow_stack_module.Ports.free(),
+            spark_conn='{"conn_type": "spark", "host": "local[2]"}',
+        )
+        started["client"] = airflow_stack_module.AirflowClient(
+            started["base_url"], started["username"], started["password"]
+        )
+        yield started
+    finally:
+        try:
+            airflow_stack_module.down(state_dir)
+        finally:
+            kept = tmp_path_factory.getbasetemp() / "airflow-stack-logs"
+            for folder in ("logs", "airflow/logs"):
+                if (state_dir / folder).is_dir():
+                    shutil.copytree(state_dir / folder, kept / folder, dirs_exist_ok=True)
+            shutil.rmtree(state_dir, ignore_errors=True)

@@ -1,0 +1,964 @@
+"""The real Airflow services for this project, on PostgreSQL, on loopback: for users and tests.
+
+    python ops/airflow_stack.py up       # initdb once, start PostgreSQL, migrate, start Airflow, wait
+    eval "$(python ops/airflow_stack.py env)"   # then `airflow dags list` etc. talk to the stack
+    python ops/airflow_stack.py status   # exit 0 when every service is up, 3 otherwise
+    python ops/airflow_stack.py down     # SIGTERM each service's session, SIGKILL stragglers, pg_ctl stop
+
+What runs, all bound to 127.0.0.1:
+
+- PostgreSQL from Debian's ``/usr/lib/postgresql/<version>/bin`` (``initdb``, ``pg_ctl``),
+  its cluster in ``<state>/postgres``. PostgreSQL refuses to run as root, so under root it
+  runs as the ``postgres`` system user (``runuser``), the data folder chowned to it. The
+  Unix socket lives in a folder only that user can open (trust there, for the setup
+  only); Airflow connects over TCP with a generated password (scram-sha-256).
+- ``airflow api-server``, ``scheduler`` (LocalExecutor, parallelism 4), ``dag-processor``
+  and ``triggerer``, with ``AIRFLOW_HOME=<state>/airflow``, this checkout's ``dags/`` and
+  ``plugins/``, and SimpleAuthManager with one real user and a password file (a login
+  like production, not ``all_admins``).
+
+Ports (defaults below; LAKEPREP_STACK_POSTGRES_PORT, LAKEPREP_STACK_API_PORT,
+LAKEPREP_STACK_WORKER_LOG_PORT, LAKEPREP_STACK_TRIGGER_LOG_PORT move them): PostgreSQL
+15432, API and UI 18080, worker and trigger log servers 18793 and 18794. The log servers
+are not started: Airflow's ``serve-logs`` binds every interface and has no host option
+(``airflow/utils/serve_logs/core.py``), and on one machine the api-server reads the task
+log files directly, so scheduler and triggerer run with ``--skip-serve-logs``.
+
+The lake root is ``--lake``, else ``$AIRFLOW_VAR_LAKEPREP_LAKE_ROOT``, else
+``file://<repo>/.lake``; the Spark connection ``$AIRFLOW_CONN_SPARK_DEFAULT``, else
+``local[2]``. Both are fixed at ``up`` while the stack runs.
+
+Everything lives in one state dir, ``<repo>/.stack`` unless ``LAKEPREP_STACK_DIR`` says
+otherwise: ``stack.json`` (ports, lake root, generated secrets and the login; mode 0600),
+``postgres/`` (the database cluster), ``airflow/`` (AIRFLOW_HOME: ``airflow.cfg``,
+``passwords.json``, task logs under ``logs/``), ``logs/<service>.log``, ``pids/``.
+Every wait gives up after LAKEPREP_STACK_TIMEOUT seconds (180) and reports the tail of
+the failing service's log.
+
+Importable; stdlib-only except the REST client ``AirflowClient`` (``requests``), so
+``down`` and ``status`` run under any Python 3. ``up()``, ``down()``, ``status()``,
+``shell_env()`` and ``AirflowClient`` are what pytest fixtures and tests use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import pwd
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import requests
+
+OPS_DIR = Path(__file__).resolve().parent
+REPO = OPS_DIR.parent
+VENV_BIN = REPO / ".venv" / "bin"
+
+HOST = "127.0.0.1"
+WAIT_TIMEOUT_S = float(os.environ.get("LAKEPREP_STACK_TIMEOUT", "180"))
+STOP_GRACE_S = 60.0  # Airflow's api-server and scheduler take 3-45 s to stop on SIGTERM
+HTTP_TIMEOUT_S = 30.0  # a busy single-worker api-server can take seconds to answer
+EXIT_NOT_ALL_UP = 3
+PG_SYSTEM_USER = "postgres"
+DB_NAME = "airflow"
+DB_ROLE = "airflow"
+DEFAULT_USER = "admin"
+LOCAL_SPARK = '{"conn_type": "spark", "host": "local[2]"}'  # the Makefile's default
+CODE_DIRS = ("plugins", "spark_jobs", "training", "contracts")  # PYTHONPATH, as the Makefile sets it
+# The components /api/v2/monitor/health reports, and the service whose log explains each.
+HEALTH_COMPONENTS = {
+    "metadatabase": "postgres",
+    "scheduler": "scheduler",
+    "dag_processor": "dag-processor",
+    "triggerer": "triggerer",
+}
+
+
+class StackError(RuntimeError):
+    """A service could not be set up, started, reached or stopped; the message says which and why."""
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+def _env_port(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise StackError(f"{name}={value!r} must be a TCP port number (1-65535)")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Ports:
+    """The loopback ports of one stack: fixed defaults, each overridable by env."""
+
+    postgres: int = 15432
+    api: int = 18080
+    worker_log: int = 18793
+    trigger_log: int = 18794
+
+    @classmethod
+    def from_env(cls) -> Ports:
+        defaults = cls()
+        return cls(
+            **{
+                field: _env_port(f"LAKEPREP_STACK_{field.upper()}_PORT", getattr(defaults, field))
+                for field in cls.__dataclass_fields__
+            }
+        )
+
+    @classmethod
+    def free(cls) -> Ports:
+        """Ports the kernel says are free now, for a throwaway stack beside a developer's own."""
+        sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in cls.__dataclass_fields__]
+        try:
+            for probe in sockets:
+                probe.bind((HOST, 0))  # all bound at once, so the four differ
+            return cls(*(probe.getsockname()[1] for probe in sockets))
+        finally:
+            for probe in sockets:
+                probe.close()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one stack was started with; written to stack.json so env/status/down agree with up."""
+
+    ports: Ports
+    lake_root: str
+    spark_conn: str
+    username: str
+    password: str
+    db_password: str
+    fernet_key: str
+    jwt_secret: str
+    api_secret_key: str
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.ports.api}"
+
+    @property
+    def sql_alchemy_conn(self) -> str:
+        # psycopg2 for the sync engine; Airflow derives postgresql+asyncpg:// for its async one.
+        return f"postgresql+psycopg2://{DB_ROLE}:{self.db_password}@{HOST}:{self.ports.postgres}/{DB_NAME}"
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Where one stack keeps its state."""
+
+    state_dir: Path
+
+    @property
+    def settings_file(self) -> Path:
+        return self.state_dir / "stack.json"
+
+    @property
+    def pg_data(self) -> Path:
+        return self.state_dir / "postgres"
+
+    @property
+    def pg_socket_dir(self) -> Path:
+        return self.state_dir / "postgres-socket"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.state_dir / "airflow"
+
+    @property
+    def passwords_file(self) -> Path:
+        return self.airflow_home / "passwords.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+    @property
+    def pids_dir(self) -> Path:
+        return self.state_dir / "pids"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.state_dir / "cache"
+
+    def log_file(self, service: str) -> Path:
+        return self.logs_dir / f"{service}.log"
+
+
+def stack_config(state_dir: str | os.PathLike[str] | None = None) -> Stack:
+    """Resolve the state dir (argument, else $LAKEPREP_STACK_DIR, else <repo>/.stack)."""
+    chosen = state_dir or os.environ.get("LAKEPREP_STACK_DIR") or REPO / ".stack"
+    return Stack(Path(chosen).expanduser().resolve())
+
+
+def load_settings(stack: Stack) -> Settings | None:
+    try:
+        raw = json.loads(stack.settings_file.read_text())
+    except FileNotFoundError:
+        return None
+    return Settings(**{**raw, "ports": Ports(**raw["ports"])})
+
+
+def _new_settings(
+    previous: Settings | None,
+    ports: Ports | None,
+    lake_root: str | None,
+    spark_conn: str | None,
+    username: str | None,
+) -> Settings:
+    """Ports, lake and Spark from the arguments or the environment; secrets kept across ups."""
+    token = secrets.token_urlsafe
+    return Settings(
+        ports=ports or Ports.from_env(),
+        lake_root=lake_root or os.environ.get("AIRFLOW_VAR_LAKEPREP_LAKE_ROOT") or f"file://{REPO}/.lake",
+        spark_conn=spark_conn or os.environ.get("AIRFLOW_CONN_SPARK_DEFAULT") or LOCAL_SPARK,
+        username=username or os.environ.get("LAKEPREP_STACK_USER") or DEFAULT_USER,
+        password=previous.password if previous else token(18),
+        db_password=previous.db_password if previous else secrets.token_hex(16),  # no quoting in SQL
+        # Fernet.generate_key(): 32 random bytes, url-safe base64.
+        fernet_key=previous.fernet_key if previous else base64.urlsafe_b64encode(os.urandom(32)).decode(),
+        jwt_secret=previous.jwt_secret if previous else token(32),
+        api_secret_key=previous.api_secret_key if previous else token(32),
+    )
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)
+
+
+def save_settings(stack: Stack, settings: Settings) -> None:
+    _write_private(stack.settings_file, json.dumps(asdict(settings), indent=2) + "\n")
+
+
+def airflow_cfg(stack: Stack, settings: Settings) -> str:
+    """The whole Airflow configuration of the stack, secrets included (the file is 0600).
+
+    In airflow.cfg rather than the services' environment so that ``env`` can print a
+    shell setup without secrets, and any ``airflow`` CLI with this AIRFLOW_HOME matches.
+    """
+    ports = settings.ports
+    sections = {
+        "core": {
+            "executor": "LocalExecutor",
+            "dags_folder": REPO / "dags",
+            "plugins_folder": REPO / "plugins",
+            "load_examples": "False",
+            "unit_test_mode": "False",
+            # LocalExecutor forks `parallelism` workers up front (32 by default, ~130 MB each).
+            "parallelism": 4,
+            # New DAGs wait for someone to unpause them, as in production.
+            "dags_are_paused_at_creation": "True",
+            "fernet_key": settings.fernet_key,
+            # Task runners report to the api-server's Execution API (default localhost:8080).
+            "execution_api_server_url": f"{settings.base_url}/execution/",
+            "auth_manager": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "simple_auth_manager_all_admins": "False",
+            "simple_auth_manager_users": f"{settings.username}:admin",
+            "simple_auth_manager_passwords_file": stack.passwords_file,
+        },
+        "database": {"sql_alchemy_conn": settings.sql_alchemy_conn},
+        "api": {
+            "host": HOST,
+            "port": ports.api,
+            "workers": 1,
+            "secret_key": settings.api_secret_key,
+            "base_url": settings.base_url,
+        },
+        # Shared by the api-server (verifies) and scheduler/triggerer (sign task tokens).
+        "api_auth": {"jwt_secret": settings.jwt_secret},
+        "logging": {
+            "base_log_folder": stack.airflow_home / "logs",
+            "worker_log_server_port": ports.worker_log,
+            "trigger_log_server_port": ports.trigger_log,
+        },
+        # New or changed DAG files are seen within seconds (default 300 s).
+        "dag_processor": {"refresh_interval": 5},
+    }
+    lines = ["# Generated by ops/airflow_stack.py at every `up`; edit the tool, not this file."]
+    for section, options in sections.items():
+        lines += ["", f"[{section}]", *(f"{key} = {value}" for key, value in options.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_configs(stack: Stack, settings: Settings) -> None:
+    """airflow.cfg and the SimpleAuthManager password file, regenerated at every ``up``."""
+    _write_private(stack.airflow_home / "airflow.cfg", airflow_cfg(stack, settings))
+    _write_private(stack.passwords_file, json.dumps({settings.username: settings.password}) + "\n")
+
+
+def project_env(stack: Stack, settings: Settings) -> dict[str, str]:
+    """What the Makefile exports for lakeprep, pointed at this stack (no secrets)."""
+    return {
+        "AIRFLOW_HOME": str(stack.airflow_home),
+        "AIRFLOW_CONFIG": str(stack.airflow_home / "airflow.cfg"),
+        "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": settings.lake_root,
+        "AIRFLOW_CONN_SPARK_DEFAULT": settings.spark_conn,
+        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+        "PYTHONPATH": os.pathsep.join(str(REPO / folder) for folder in CODE_DIRS),
+        "LAKEPREP_CACHE_DIR": str(stack.cache_dir),
+    }
+
+
+def service_env(stack: Stack, settings: Settings) -> dict[str, str]:
+    """The services' environment: the caller's, minus any AIRFLOW__* override, plus the project's.
+
+    The Makefile and the test conftest export AIRFLOW__* for the embedded SQLite setup;
+    those would beat airflow.cfg, so none is passed on. Other connections and variables
+    (AIRFLOW_CONN_WEBHDFS_DEFAULT, HADOOP_CONF_DIR from hadoop/cluster.py env) are.
+    """
+    inherited = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("AIRFLOW__") and key not in ("AIRFLOW_HOME", "AIRFLOW_CONFIG")
+    }
+    return {
+        **inherited,
+        **project_env(stack, settings),
+        # spark-submit and the `airflow` of task runners come from the venv.
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def _pg_bin() -> Path:
+    """Debian's newest installed server binaries (the package puts them off PATH)."""
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda path: int(path.parent.parent.name)
+    )
+    if not found:
+        raise StackError(
+            "PostgreSQL server binaries not found in /usr/lib/postgresql/*/bin: "
+            "apt-get install postgresql (make system-deps does)"
+        )
+    return found[-1].parent
+
+
+def _as_pg_user(argv: list[str]) -> list[str]:
+    """PostgreSQL refuses to start as root: run its tools as the postgres system user then."""
+    if os.geteuid() != 0:
+        return argv
+    try:
+        pwd.getpwnam(PG_SYSTEM_USER)
+    except KeyError as err:
+        raise StackError(f"running as root but there is no {PG_SYSTEM_USER!r} system user") from err
+    return ["runuser", "-u", PG_SYSTEM_USER, "--", *argv]
+
+
+def _pg_run(stack: Stack, argv: list[str], what: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        _as_pg_user(argv),
+        capture_output=True,
+        text=True,
+        cwd="/",  # runuser keeps the cwd, which the postgres user may not be allowed to enter
+        timeout=WAIT_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise StackError(
+            f"{what} failed ({done.returncode}): {shlex.join(argv)}\n{(done.stdout + done.stderr).strip()}\n"
+            + _tail(stack.log_file("postgres"))
+        )
+    return done
+
+
+def _hand_to_pg_user(stack: Stack, *paths: Path) -> None:
+    """Make the PostgreSQL folders its own and check it can reach them through the state dir."""
+    for path in paths:
+        path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        return
+    entry = pwd.getpwnam(PG_SYSTEM_USER)
+    # The state dir may be a 0700 tempdir (pytest's, mkdtemp's): the user must traverse it.
+    os.chmod(stack.state_dir, os.stat(stack.state_dir).st_mode | 0o711)
+    for path in paths:
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+        path.chmod(0o700)
+    log = stack.log_file("postgres")
+    log.touch()
+    os.chown(log, entry.pw_uid, entry.pw_gid)
+    probe = subprocess.run(_as_pg_user(["test", "-w", str(stack.pg_data)]), cwd="/", check=False)
+    if probe.returncode != 0:
+        raise StackError(
+            f"the {PG_SYSTEM_USER!r} user cannot write {stack.pg_data}: a folder above it is not "
+            f"traversable by others; choose another LAKEPREP_STACK_DIR"
+        )
+
+
+def postgres_running(stack: Stack) -> bool:
+    if not (stack.pg_data / "postmaster.pid").is_file():
+        return False
+    argv = _as_pg_user([str(_pg_bin() / "pg_ctl"), "status", "-D", str(stack.pg_data)])
+    return subprocess.run(argv, capture_output=True, cwd="/", check=False).returncode == 0
+
+
+def _init_postgres(stack: Stack) -> bool:
+    """initdb on first use only (an empty data folder), never over an existing cluster."""
+    if (stack.pg_data / "PG_VERSION").is_file():
+        return False
+    argv = [
+        str(_pg_bin() / "initdb"),
+        *("-D", str(stack.pg_data), "-U", "postgres", "-E", "UTF8", "--no-locale"),
+        # Trust only on the socket, whose folder only the postgres user can open.
+        *("--auth-local=trust", "--auth-host=scram-sha-256"),
+    ]
+    _pg_run(stack, argv, "initdb")
+    return True
+
+
+def _start_postgres(stack: Stack, settings: Settings) -> None:
+    options = (
+        f"-c listen_addresses={HOST} -c port={settings.ports.postgres} "
+        f"-c unix_socket_directories={stack.pg_socket_dir}"
+    )
+    argv = [
+        str(_pg_bin() / "pg_ctl"),
+        *("start", "-D", str(stack.pg_data), "-l", str(stack.log_file("postgres"))),
+        *("-o", options, "-w", "-t", str(int(WAIT_TIMEOUT_S))),
+    ]
+    # Own session: a Ctrl-C in the terminal that started `up` (or pytest) must not reach it.
+    done = subprocess.run(
+        _as_pg_user(argv),
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=WAIT_TIMEOUT_S + 10,
+        start_new_session=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise StackError(
+            f"pg_ctl start failed ({done.returncode}) on {HOST}:{settings.ports.postgres}: "
+            f"{(done.stdout + done.stderr).strip()}\n" + _tail(stack.log_file("postgres"))
+        )
+
+
+def _psql(stack: Stack, settings: Settings, sql: str, database: str = "postgres") -> str:
+    argv = [
+        str(_pg_bin() / "psql"),
+        *("-h", str(stack.pg_socket_dir), "-p", str(settings.ports.postgres), "-U", "postgres"),
+        *("-d", database, "-v", "ON_ERROR_STOP=1", "-tA", "-c", sql),
+    ]
+    return _pg_run(stack, argv, f"psql {sql.split()[0]}").stdout.strip()
+
+
+def _ensure_database(stack: Stack, settings: Settings) -> None:
+    """The airflow role (its password set to the stack's at every up) and database it owns."""
+    exists = _psql(stack, settings, f"SELECT 1 FROM pg_roles WHERE rolname = '{DB_ROLE}'")
+    verb = "ALTER" if exists == "1" else "CREATE"
+    _psql(stack, settings, f"{verb} ROLE {DB_ROLE} LOGIN PASSWORD '{settings.db_password}'")
+    if _psql(stack, settings, f"SELECT 1 FROM pg_database WHERE datname = '{DB_NAME}'") != "1":
+        _psql(stack, settings, f"CREATE DATABASE {DB_NAME} OWNER {DB_ROLE}")
+
+
+def _stop_postgres(stack: Stack) -> bool:
+    if not postgres_running(stack):
+        return False
+    argv = [str(_pg_bin() / "pg_ctl"), "stop", "-D", str(stack.pg_data), "-m", "fast", "-w", "-t", "60"]
+    _pg_run(stack, argv, "pg_ctl stop")
+    return True
+
+
+# --------------------------------------------------------------------------- Airflow services
+
+
+@dataclass(frozen=True)
+class Service:
+    """One Airflow component: its CLI subcommand and arguments."""
+
+    name: str  # pid and log file stem
+    args: tuple[str, ...]
+
+
+# Start order; ``down`` signals all at once. The scheduler and triggerer skip serve-logs,
+# which would bind 0.0.0.0 (see the module docstring).
+SERVICES = (
+    Service("api-server", ("api-server",)),
+    Service("scheduler", ("scheduler", "--skip-serve-logs")),
+    Service("dag-processor", ("dag-processor",)),
+    Service("triggerer", ("triggerer", "--skip-serve-logs")),
+)
+
+# Services started by this Python process: kept so that exited ones are reaped (no zombie
+# leaders while a pytest session runs on).
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after "(comm)" (state is [0], session [3], starttime [19])."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _alive(pid: int) -> bool:
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:  # exited; poll() reaped it
+        del _children[pid]
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] not in "ZX"
+
+
+def _pid_file(stack: Stack, service: Service) -> Path:
+    return stack.pids_dir / f"{service.name}.pid"
+
+
+def running_pid(stack: Stack, service: Service) -> int | None:
+    """The service's pid if that process is still the one we started, else None.
+
+    The pid file holds the pid and its kernel start time: setproctitle rewrites Airflow's
+    command lines, so pid reuse is told apart by start time, never by argv.
+    """
+    try:
+        pid_text, started = _pid_file(stack, service).read_text().split()
+        pid = int(pid_text)
+    except (FileNotFoundError, ValueError):
+        return None
+    fields = _proc_stat(pid)
+    if fields is None or fields[19] != started or not _alive(pid):
+        return None
+    return pid
+
+
+def _session_members(session: int) -> list[int]:
+    """Live processes in a session: a service, its workers, task runners (which move to
+    their own process group, supervisor.py setpgid) and their spark-submit JVMs."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _proc_stat(int(entry.name))
+            if fields is not None and fields[3] == str(session) and fields[0] not in "ZX":
+                members.append(int(entry.name))
+    return members
+
+
+def _start(stack: Stack, settings: Settings, service: Service) -> int:
+    """Launch a service in its own session (it outlives the CLI), logging to logs/<name>.log."""
+    log_path = stack.log_file(service.name)
+    with log_path.open("ab") as log:
+        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {service.name}\n".encode())
+        log.flush()
+        child = subprocess.Popen(
+            [str(VENV_BIN / "airflow"), *service.args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=service_env(stack, settings),
+            cwd=stack.state_dir,  # stray files (spark-warehouse/, derby.log) land here, not in git
+            start_new_session=True,
+        )
+    _children[child.pid] = child
+    started = _proc_stat(child.pid)
+    if started is None:
+        raise StackError(f"{service.name} exited at once\n" + _tail(log_path))
+    _pid_file(stack, service).write_text(f"{child.pid} {started[19]}\n")
+    return child.pid
+
+
+def _stop_services(stack: Stack, to_stop: Sequence[Service]) -> list[str]:
+    """SIGTERM every service's process group at once, wait for their whole sessions, then
+    SIGKILL what is left. Only pids still ours (pid file and start time) are signalled."""
+    pids = {service.name: pid for service in to_stop if (pid := running_pid(stack, service)) is not None}
+    for pid in pids.values():
+        try:
+            os.killpg(pid, signal.SIGTERM)  # start_new_session: pgid == sid == pid
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(_alive(pid) or _session_members(pid) for pid in pids.values()):
+        time.sleep(0.3)
+    for pid in pids.values():
+        for member in _session_members(pid):
+            try:
+                os.kill(member, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) or _session_members(pid) for pid in pids.values()):
+        time.sleep(0.2)
+    left = {name: _session_members(pid) for name, pid in pids.items() if _session_members(pid)}
+    if left:
+        raise StackError(f"processes survived SIGKILL: {left}")
+    for service in to_stop:
+        _pid_file(stack, service).unlink(missing_ok=True)
+    return list(pids)
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((HOST, port)) == 0
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return f"({path} does not exist)"
+    return f"--- last {min(lines, len(text))} lines of {path} ---\n" + "\n".join(text[-lines:])
+
+
+def _check_ports_free(settings: Settings, to_start: Sequence[str]) -> None:
+    """Fail before starting anything if a port is taken by a stranger, naming the way out."""
+    ports = {"postgres": settings.ports.postgres, "api-server": settings.ports.api}
+    for name in to_start:
+        if name in ports and _port_open(ports[name]):
+            raise StackError(
+                f"{name}: {HOST}:{ports[name]} is already in use by a process this stack did not "
+                f"start; stop it, or choose other ports (LAKEPREP_STACK_*_PORT) or another LAKEPREP_STACK_DIR"
+            )
+
+
+def _health(settings: Settings) -> dict[str, Any]:
+    """The public health endpoint (no login), with the stdlib so that `status` runs anywhere."""
+    url = f"{settings.base_url}/api/v2/monitor/health"
+    with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
+        return json.loads(response.read())
+
+
+def _unhealthy(health: dict[str, Any]) -> list[str]:
+    return [name for name in HEALTH_COMPONENTS if (health.get(name) or {}).get("status") != "healthy"]
+
+
+def _wait_healthy(stack: Stack, settings: Settings) -> None:
+    """Poll the health endpoint until every component is healthy; fail fast if a service dies."""
+    deadline = time.monotonic() + WAIT_TIMEOUT_S
+    why = "not tried"
+    while True:
+        dead = [service.name for service in SERVICES if running_pid(stack, service) is None]
+        if dead:
+            raise StackError(
+                f"{dead[0]} exited while waiting for {settings.base_url}/api/v2/monitor/health\n"
+                + _tail(stack.log_file(dead[0]))
+            )
+        try:
+            health = _health(settings)
+            waiting = _unhealthy(health)
+            if not waiting:
+                return
+            why = ", ".join(f"{name}: {health.get(name)}" for name in waiting)
+        except (OSError, ValueError) as err:  # refused, reset, HTTP error, bad JSON
+            waiting = ["api-server"]
+            why = f"{type(err).__name__}: {err}"
+        if time.monotonic() > deadline:
+            service = HEALTH_COMPONENTS.get(waiting[0], waiting[0])
+            raise StackError(
+                f"timed out after {WAIT_TIMEOUT_S:.0f} s waiting for "
+                f"{settings.base_url}/api/v2/monitor/health: {why}\n" + _tail(stack.log_file(service))
+            )
+        time.sleep(1.0)
+
+
+def _migrate(stack: Stack, settings: Settings) -> None:
+    log_path = stack.log_file("db-migrate")
+    with log_path.open("ab") as log:
+        done = subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=service_env(stack, settings),
+            cwd=stack.state_dir,
+            timeout=600,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise StackError(f"airflow db migrate failed ({done.returncode})\n" + _tail(log_path))
+
+
+# --------------------------------------------------------------------------- REST client
+
+
+# Keys of a structured log line that every line repeats, or that the text shows already.
+LOG_CONTEXT_KEYS = frozenset(
+    ("timestamp", "event", "level", "logger", "dag_id", "run_id", "task_id", "ti_id", "map_index")
+    + ("try_number", "filename", "lineno")
+)
+
+
+class AirflowClient:
+    """A small client for the stack's REST API, logged in like a user.
+
+    ``POST /auth/token`` with the username and password gives a JWT; every call then sends
+    it as ``Authorization: Bearer``. A 401 (expired token) logs in again once.
+    """
+
+    def __init__(self, base_url: str, username: str, password: str, timeout: float = HTTP_TIMEOUT_S) -> None:
+        import requests
+
+        self.base_url = base_url.rstrip("/")
+        self.username = username
+        self._password = password
+        self.timeout = max(timeout, 10.0)
+        self.session = requests.Session()
+        self._token: str | None = None
+
+    def login(self) -> str:
+        response = self.session.post(
+            f"{self.base_url}/auth/token",
+            json={"username": self.username, "password": self._password},
+            timeout=self.timeout,
+        )
+        if response.status_code not in (200, 201):
+            raise StackError(
+                f"POST /auth/token as {self.username!r} answered {response.status_code}: {response.text}"
+            )
+        self._token = response.json()["access_token"]
+        return self._token
+
+    def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        """One authenticated call; the raw response, whatever its status."""
+        for attempt in range(2):
+            token = self._token or self.login()
+            headers = {"Authorization": f"Bearer {token}", **kwargs.pop("headers", {})}
+            response = self.session.request(
+                method, f"{self.base_url}{path}", headers=headers, timeout=self.timeout, **kwargs
+            )
+            if response.status_code != 401 or attempt:
+                return response
+            self._token = None
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.request(method, path, **kwargs)
+        if not response.ok:
+            raise StackError(f"{method} {path} answered {response.status_code}: {response.text[:2000]}")
+        return response.json()
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self._json("GET", path, params=params or None)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self._json("POST", path, json=body)
+
+    def patch(self, path: str, body: Any, **params: Any) -> Any:
+        return self._json("PATCH", path, json=body, params=params or None)
+
+    def wait_for_dag(self, dag_id: str, timeout: float = WAIT_TIMEOUT_S) -> dict:
+        """The DAG once the dag-processor has serialized it; import errors end the wait early."""
+        deadline = time.monotonic() + timeout
+        while True:
+            response = self.request("GET", f"/api/v2/dags/{dag_id}")
+            if response.ok:
+                return response.json()
+            errors = self.get("/api/v2/importErrors")["import_errors"]
+            if errors:
+                raise StackError(f"DAG {dag_id} not parsed; import errors: {json.dumps(errors, indent=2)}")
+            if time.monotonic() > deadline:
+                raise StackError(f"DAG {dag_id} not visible after {timeout:.0f} s: {response.status_code}")
+            time.sleep(1.0)
+
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, map_index: int = -1) -> str:
+        """A task attempt's log as text (the API gives structured lines)."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+        params = {"full_content": "true", "map_index": map_index}
+        response = self.request("GET", path, params=params, headers={"Accept": "application/json"})
+        if not response.ok:
+            return f"(GET {path} answered {response.status_code}: {response.text[:500]})"
+        lines = []
+        for item in response.json().get("content", []):
+            if isinstance(item, dict):
+                extra = {k: v for k, v in item.items() if k not in LOG_CONTEXT_KEYS}
+                when, level, event = item.get("timestamp", ""), item.get("level", ""), item.get("event", "")
+                lines.append(f"{when} {level} {event} {extra or ''}".strip())
+            else:
+                lines.append(str(item))
+        return "\n".join(lines)
+
+
+def client(state_dir: str | os.PathLike[str] | None = None) -> AirflowClient:
+    """A logged-in client for the running stack of this state dir."""
+    settings = load_settings(stack_config(state_dir))
+    if settings is None:
+        raise StackError("no stack.json: run `up` first")
+    return AirflowClient(settings.base_url, settings.username, settings.password)
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def up(
+    state_dir: str | os.PathLike[str] | None = None,
+    *,
+    lake_root: str | None = None,
+    ports: Ports | None = None,
+    spark_conn: str | None = None,
+    username: str | None = None,
+) -> dict:
+    """Start whatever is not running yet and wait until every component reports healthy.
+
+    Idempotent: a running stack is kept (a second call only re-checks), and must have been
+    started with the same lake root and ports. Returns ``{"base_url", "username",
+    "password", "airflow_home", "state_dir", "env", "started", "seconds"}``.
+    """
+    began = time.monotonic()
+    stack = stack_config(state_dir)
+    previous = load_settings(stack)
+    running = [service.name for service in SERVICES if running_pid(stack, service) is not None]
+    if postgres_running(stack):
+        running.insert(0, "postgres")
+    wanted = _new_settings(previous, ports, lake_root, spark_conn, username)
+    if running and previous is not None:
+        kept = (previous.ports, previous.lake_root, previous.spark_conn, previous.username)
+        if kept != (wanted.ports, wanted.lake_root, wanted.spark_conn, wanted.username):
+            raise StackError(
+                f"the stack in {stack.state_dir} is running ({', '.join(running)}) with lake "
+                f"{previous.lake_root}, ports {previous.ports}, Spark {previous.spark_conn}; "
+                f"run `down` before starting it with lake {wanted.lake_root}, ports {wanted.ports}, "
+                f"Spark {wanted.spark_conn}"
+            )
+        wanted = previous
+    settings = wanted
+    for folder in (stack.logs_dir, stack.pids_dir, stack.airflow_home, stack.cache_dir):
+        folder.mkdir(parents=True, exist_ok=True)
+    save_settings(stack, settings)
+    write_configs(stack, settings)
+    _check_ports_free(settings, [name for name in ("postgres", "api-server") if name not in running])
+
+    started = []
+    if "postgres" not in running:
+        _hand_to_pg_user(stack, stack.pg_data, stack.pg_socket_dir)
+        _init_postgres(stack)
+        _start_postgres(stack, settings)
+        started.append("postgres")
+    _ensure_database(stack, settings)
+    _migrate(stack, settings)
+    for service in SERVICES:
+        if service.name not in running:
+            _start(stack, settings, service)
+            started.append(service.name)
+    _wait_healthy(stack, settings)
+    return {
+        "base_url": settings.base_url,
+        "username": settings.username,
+        "password": settings.password,
+        "airflow_home": str(stack.airflow_home),
+        "state_dir": str(stack.state_dir),
+        "lake_root": settings.lake_root,
+        "env": project_env(stack, settings),
+        "started": started,
+        "seconds": round(time.monotonic() - began, 1),
+    }
+
+
+def down(state_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """Stop the Airflow services (whole sessions), then PostgreSQL; returns what was stopped."""
+    stack = stack_config(state_dir)
+    stopped = _stop_services(stack, SERVICES)
+    if stack.pg_data.is_dir() and _stop_postgres(stack):
+        stopped.append("postgres")
+    return stopped
+
+
+def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, dict]:
+    """Per service: pid (None if not running), endpoint, and up; health from the API when it answers."""
+    stack = stack_config(state_dir)
+    settings = load_settings(stack)
+    ports = settings.ports if settings else Ports.from_env()
+    health: dict[str, Any] = {}
+    api_pid = running_pid(stack, SERVICES[0])
+    if settings is not None and api_pid is not None:
+        try:
+            health = _health(settings)
+        except (OSError, ValueError) as err:  # status reports, it does not fail
+            health = {"error": f"{type(err).__name__}: {err}"}
+    pg_pid = None
+    if stack.pg_data.is_dir() and postgres_running(stack):
+        pg_pid = int((stack.pg_data / "postmaster.pid").read_text().split()[0])
+    report = {
+        "postgres": {
+            "pid": pg_pid,
+            "endpoint": f"postgresql://{HOST}:{ports.postgres}/{DB_NAME}",
+            "up": pg_pid is not None and _port_open(ports.postgres),
+        }
+    }
+    component = {value: key for key, value in HEALTH_COMPONENTS.items()}
+    for service in SERVICES:
+        pid = running_pid(stack, service)
+        if service.name == "api-server":
+            up_now, endpoint = pid is not None and _port_open(ports.api), f"http://{HOST}:{ports.api}"
+        else:
+            state = (health.get(component[service.name]) or {}).get("status")
+            up_now, endpoint = pid is not None and state == "healthy", f"health: {state or '-'}"
+        report[service.name] = {"pid": pid, "endpoint": endpoint, "up": up_now}
+    return report
+
+
+def shell_env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
+    """Exports for a shell whose ``airflow`` CLI should use the stack (no secrets: they are
+    in the 0600 airflow.cfg). The AIRFLOW__* the Makefile exports are unset by ``env``."""
+    stack = stack_config(state_dir)
+    settings = load_settings(stack)
+    if settings is None:
+        raise StackError(f"no {stack.settings_file}: run `up` first")
+    return {**project_env(stack, settings), "LAKEPREP_STACK_URL": settings.base_url}
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _print_status(report: dict[str, dict]) -> None:
+    for name, row in report.items():
+        pid = str(row["pid"]) if row["pid"] else "-"
+        print(f"{name:<14} {'up' if row['up'] else 'down':<5} pid {pid:<8} {row['endpoint']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("up", "down", "status", "env"))
+    parser.add_argument("--lake", help="lake root URI for `up` (default $AIRFLOW_VAR_LAKEPREP_LAKE_ROOT)")
+    args = parser.parse_args(argv)
+    command = args.command
+    try:
+        if command == "up":
+            result = up(lake_root=args.lake)
+            _print_status(status())
+            print(f"up in {result['seconds']} s; started: {', '.join(result['started']) or 'nothing'}")
+            print(f"lake: {result['lake_root']}")
+            print(f"UI: {result['base_url']}/  login: {result['username']} / {result['password']}")
+            print(f'CLI: eval "$(python {Path(__file__).relative_to(REPO)} env)"')
+        elif command == "down":
+            stopped = down()
+            print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        elif command == "status":
+            report = status()
+            _print_status(report)
+            return 0 if all(row["up"] for row in report.values()) else EXIT_NOT_ALL_UP
+        else:
+            overrides = sorted(key for key in os.environ if key.startswith("AIRFLOW__"))
+            if overrides:
+                print(f"unset {' '.join(overrides)}")
+            for name, value in shell_env().items():
+                print(f"export {name}={shlex.quote(value)}")
+    except StackError as err:
+        print(f"airflow stack {command}: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""One day of lakeprep_flights under the real services: scheduler, api-server, PostgreSQL.
+
+Unlike test_end_to_end (``airflow dags test``, in one process on SQLite), the run here is
+triggered over REST with a logged-in user and executed by the scheduler's LocalExecutor,
+each task in its own task runner talking to the Execution API.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import requests
+
+from lakeprep_airflow.spec import lake_uri
+from lakeprep_contracts import layout
+
+pytestmark = pytest.mark.integration
+DAG_ID = "lakeprep_flights"
+DAY = "2013-01-01"  # the start date: the 29 earlier days of the window are before it
+RUN_TIMEOUT_S = 480
+# Any of these ends the wait: the DAG retries every task twice, 2 minutes apart.
+BROKEN_STATES = {"failed", "up_for_retry", "upstream_failed"}
+
+
+def _log_tails(
+    client, airflow_home: str, run_id: str, task_instances: list[dict], states: set[str] = BROKEN_STATES
+) -> str:
+    """The last lines of the latest attempt of each task in `states`, from the REST API (or its files)."""
+    parts = []
+    for ti in task_instances:
+        if ti["state"] not in states:
+            continue
+        task_id, attempt = ti["task_id"], max(ti["try_number"], 1)
+        text = client.task_log(DAG_ID, run_id, task_id, attempt, ti.get("map_index", -1))
+        if not text.strip() or text.startswith("(GET"):
+            files = sorted(
+                Path(airflow_home, "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/*")
+            )
+            text += "\n" + (files[-1].read_text(errors="replace") if files else "(no log file)")
+        # A failed task's last line carries the whole exception with its JVM stack: cut lines.
+        lines = [line if len(line) <= 2000 else line[:2000] + " ..." for line in text.splitlines()[-60:]]
+        parts.append(f"--- {task_id} ({ti['state']}, try {attempt}) ---\n" + "\n".join(lines))
+    return "\n".join(parts)
+
+
+def _wait_for_run(client, airflow_home: str, run_id: str) -> tuple[dict, list[dict]]:
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        run = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+        tis = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        states = {ti["task_id"]: ti["state"] for ti in tis}
+        if run["state"] in ("success", "failed") or BROKEN_STATES & set(states.values()):
+            return run, tis
+        if time.monotonic() > deadline:
+            stuck = _log_tails(
+                client, airflow_home, run_id, tis, {"running", "up_for_reschedule", "deferred"}
+            )
+            pytest.fail(
+                f"run {run_id} still {run['state']} after {RUN_TIMEOUT_S} s; tasks: {states}\n{stuck}"
+            )
+        time.sleep(3)
+
+
+def test_anonymous_requests_are_refused(airflow_stack):
+    response = requests.get(f"{airflow_stack['base_url']}/api/v2/dags", timeout=30)
+    assert response.status_code in (401, 403), response.text
+    wrong = requests.post(
+        f"{airflow_stack['base_url']}/auth/token",
+        json={"username": airflow_stack["username"], "password": "not-the-password"},
+        timeout=30,
+    )
+    assert wrong.status_code in (401, 403), wrong.text
+
+
+def test_scheduler_runs_a_triggered_day_end_to_end(airflow_stack):
+    from lakeprep_airflow.demo_data import land
+
+    lake_root, client = airflow_stack["lake_root"], airflow_stack["client"]
+    land(lake_root, dt.date.fromisoformat(DAY), dt.date.fromisoformat(DAY))
+
+    client.wait_for_dag(DAG_ID)
+    assert (
+        client.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": False}, update_mask="is_paused")["is_paused"]
+        is False
+    )
+    run_id = f"stack__{DAY}"
+    created = client.post(
+        f"/api/v2/dags/{DAG_ID}/dagRuns",
+        {
+            "dag_run_id": run_id,
+            "logical_date": f"{DAY}T00:00:00Z",
+            "conf": {"sample_fraction": 0.8, "seed": 3},
+        },
+    )
+    assert created["dag_run_id"] == run_id and created["run_type"] == "manual"
+
+    run, tis = _wait_for_run(client, airflow_stack["airflow_home"], run_id)
+    states = {ti["task_id"]: ti["state"] for ti in tis}
+    logs = _log_tails(client, airflow_stack["airflow_home"], run_id, tis)
+    assert run["state"] == "success", f"run {run_id} is {run['state']}; tasks {states}\n{logs}"
+    tasks = {task["task_id"] for task in client.get(f"/api/v2/dags/{DAG_ID}/tasks")["tasks"]}
+    assert set(states) == tasks and set(states.values()) == {"success"}, f"{states}\n{logs}"
+
+    export = Path(urlparse(lake_uri(lake_root, "export_shards", "flights", DAY)).path)
+    manifest = json.loads((export / layout.MANIFEST).read_text())
+    assert manifest["run_id"] == run_id and manifest["logical_date"] == DAY
+    # The trigger's conf reached the Spark job: 20% of the day sampled away (the spec says 1.0).
+    sample = json.loads(
+        (Path(urlparse(lake_uri(lake_root, "sample", "flights", DAY)).path) / layout.REPORT).read_text()
+    )
+    assert sample["rows_sampled_out"] == pytest.approx(0.2 * sample["rows_in"], abs=10), sample
