@@ -21,6 +21,7 @@ from lakeprep_contracts import layout
 
 pytestmark = pytest.mark.integration
 DAG_ID = "lakeprep_flights"
+TRAIN_DAG_ID = "lakeprep_flights_train"
 DAY = "2013-01-01"  # the start date: the 29 earlier days of the window are before it
 RUN_TIMEOUT_S = 480
 # Any of these ends the wait: the DAG retries every task twice, 2 minutes apart.
@@ -28,7 +29,12 @@ BROKEN_STATES = {"failed", "up_for_retry", "upstream_failed"}
 
 
 def _log_tails(
-    client, airflow_home: str, run_id: str, task_instances: list[dict], states: set[str] = BROKEN_STATES
+    client,
+    airflow_home: str,
+    run_id: str,
+    task_instances: list[dict],
+    states: set[str] = BROKEN_STATES,
+    dag_id: str = DAG_ID,
 ) -> str:
     """The last lines of the latest attempt of each task in `states`, from the REST API (or its files)."""
     parts = []
@@ -36,10 +42,10 @@ def _log_tails(
         if ti["state"] not in states:
             continue
         task_id, attempt = ti["task_id"], max(ti["try_number"], 1)
-        text = client.task_log(DAG_ID, run_id, task_id, attempt, ti.get("map_index", -1))
+        text = client.task_log(dag_id, run_id, task_id, attempt, ti.get("map_index", -1))
         if not text.strip() or text.startswith("(GET"):
             files = sorted(
-                Path(airflow_home, "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/task_id={task_id}/*")
+                Path(airflow_home, "logs").glob(f"dag_id={dag_id}/run_id={run_id}/task_id={task_id}/*")
             )
             text += "\n" + (files[-1].read_text(errors="replace") if files else "(no log file)")
         # A failed task's last line carries the whole exception with its JVM stack: cut lines.
@@ -48,17 +54,17 @@ def _log_tails(
     return "\n".join(parts)
 
 
-def _wait_for_run(client, airflow_home: str, run_id: str) -> tuple[dict, list[dict]]:
+def _wait_for_run(client, airflow_home: str, run_id: str, dag_id: str = DAG_ID) -> tuple[dict, list[dict]]:
     deadline = time.monotonic() + RUN_TIMEOUT_S
     while True:
-        run = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
-        tis = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")["task_instances"]
+        run = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        tis = client.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
         states = {ti["task_id"]: ti["state"] for ti in tis}
         if run["state"] in ("success", "failed") or BROKEN_STATES & set(states.values()):
             return run, tis
         if time.monotonic() > deadline:
             stuck = _log_tails(
-                client, airflow_home, run_id, tis, {"running", "up_for_reschedule", "deferred"}
+                client, airflow_home, run_id, tis, {"running", "up_for_reschedule", "deferred"}, dag_id
             )
             pytest.fail(
                 f"run {run_id} still {run['state']} after {RUN_TIMEOUT_S} s; tasks: {states}\n{stuck}"
@@ -83,11 +89,10 @@ def test_scheduler_runs_a_triggered_day_end_to_end(airflow_stack):
     lake_root, client = airflow_stack["lake_root"], airflow_stack["client"]
     land(lake_root, dt.date.fromisoformat(DAY), dt.date.fromisoformat(DAY))
 
-    client.wait_for_dag(DAG_ID)
-    assert (
-        client.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": False}, update_mask="is_paused")["is_paused"]
-        is False
-    )
+    for dag_id in (DAG_ID, TRAIN_DAG_ID):  # the train DAG must be unpaused to be queued by the asset
+        client.wait_for_dag(dag_id)
+        unpaused = client.patch(f"/api/v2/dags/{dag_id}", {"is_paused": False}, update_mask="is_paused")
+        assert unpaused["is_paused"] is False
     run_id = f"stack__{DAY}"
     created = client.post(
         f"/api/v2/dags/{DAG_ID}/dagRuns",
@@ -114,3 +119,27 @@ def test_scheduler_runs_a_triggered_day_end_to_end(airflow_stack):
         (Path(urlparse(lake_uri(lake_root, "sample", "flights", DAY)).path) / layout.REPORT).read_text()
     )
     assert sample["rows_sampled_out"] == pytest.approx(0.2 * sample["rows_in"], abs=10), sample
+
+    # The export's Asset event, through the scheduler: it queues lakeprep_flights_train,
+    # whose run has no logical date and trains the partition named in the event's extra.
+    (event,) = client.get("/api/v2/assets/events", source_dag_id=DAG_ID, source_run_id=run_id)["asset_events"]
+    assert event["extra"]["ds"] == DAY and event["extra"]["config_hash"] == manifest["config_hash"]
+    deadline = time.monotonic() + 120
+    while not (train_runs := client.get(f"/api/v2/dags/{TRAIN_DAG_ID}/dagRuns")["dag_runs"]):
+        assert time.monotonic() < deadline, "the export's asset event queued no run of the train DAG"
+        time.sleep(3)
+    (train_run,) = train_runs
+    assert train_run["run_type"] == "asset_triggered" and train_run["logical_date"] is None
+    train_run, train_tis = _wait_for_run(
+        client, airflow_stack["airflow_home"], train_run["dag_run_id"], TRAIN_DAG_ID
+    )
+    train_logs = _log_tails(
+        client, airflow_stack["airflow_home"], train_run["dag_run_id"], train_tis, dag_id=TRAIN_DAG_ID
+    )
+    assert train_run["state"] == "success", f"{train_run}\n{train_logs}"
+    retrained = Path(urlparse(lake_root).path) / layout.MODELS / "flights" / "retrain" / f"dt={DAY}"
+    (model,) = retrained.iterdir()  # one folder per train run
+    assert (model / layout.SUCCESS).exists()
+    metrics = json.loads((model / "metrics.json").read_text())
+    assert metrics["manifest"].endswith(f"export_shards/flights/dt={DAY}/manifest.json")
+    assert metrics["config_hash"] == manifest["config_hash"]
