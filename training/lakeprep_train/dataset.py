@@ -255,49 +255,68 @@ def prefetch(batches: Iterator[Batch], depth: int, *, pin_memory: bool = False) 
     """Produce ``batches`` in a background thread, at most ``depth`` ahead of the consumer.
 
     pyarrow's reads and numpy's copies release the GIL, so the thread overlaps I/O and
-    decoding with the training step. An error in the thread is raised in the consumer.
+    decoding with the training step. The thread starts at once, not at the first
+    ``next``: an iterator made before it is needed (the next epoch's, made while rank 0
+    evaluates) is already reading. An error in the thread is raised in the consumer.
     """
     if depth <= 0:
-        yield from batches
-        return
-    ready: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+        return iter(batches)
+    return _Prefetched(batches, depth, pin_memory)
 
-    def offer(item: object) -> bool:
-        while not stop.is_set():
+
+class _Prefetched(Iterator[Batch]):
+    def __init__(self, batches: Iterator[Batch], depth: int, pin_memory: bool) -> None:
+        self._ready: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(
+            target=self._produce, args=(batches, pin_memory), name="lakeprep-prefetch", daemon=True
+        )
+        self._thread.start()
+
+    def _offer(self, item: object) -> bool:
+        while not self._stop.is_set():
             try:
-                ready.put(item, timeout=0.1)
+                self._ready.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def produce() -> None:
+    def _produce(self, batches: Iterator[Batch], pin_memory: bool) -> None:
         try:
             for batch in batches:
-                if not offer(batch.pin_memory() if pin_memory else batch):
+                if not self._offer(batch.pin_memory() if pin_memory else batch):
                     return
-            offer(_END)
+            self._offer(_END)
         except BaseException as err:  # handed to the consumer, which re-raises it
-            offer(_Failure(err))
+            self._offer(_Failure(err))
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
 
-    thread = threading.Thread(target=produce, name="lakeprep-prefetch", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = ready.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failure):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
-        thread.join(timeout=10)
+    def __next__(self) -> Batch:
+        if self._done:
+            raise StopIteration
+        item = self._ready.get()
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop the reader thread (also when the consumer stops early)."""
+        self._done = True
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def __del__(self) -> None:
+        self._stop.set()
 
 
 @dataclass(frozen=True)

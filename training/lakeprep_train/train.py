@@ -339,9 +339,13 @@ def fit(
         log.info("checkpoint: epoch %d, step %d/%d", at.epoch + 1, at.step, steps_per_epoch)
 
     global_step = position.global_step
+    upcoming: Any = None  # the next epoch's batches, already being read
     for epoch in range(position.epoch, args.epochs):
         start_step = position.step if epoch == position.epoch else 0
-        data.set_epoch(epoch, start_step=start_step)
+        if upcoming is None:
+            data.set_epoch(epoch, start_step=start_step)
+            upcoming = iter(data)
+        batches, upcoming = upcoming, None
         net.train()
         carried = start_step > 0 and env.rank == 0
         loss_sum = torch.tensor(progress.epoch_loss if carried else 0.0, dtype=torch.float64, device=device)
@@ -349,7 +353,6 @@ def fit(
         digest = progress.epoch_digest if carried else 0
         step = start_step
         started = time.perf_counter()
-        batches = iter(data)
         while True:
             before = time.perf_counter()
             batch = next(batches, None)
@@ -398,6 +401,11 @@ def fit(
             ):
                 save_checkpoint(checkpoint.Position(epoch, step, global_step), float(loss_sum), rows, digest)
         epoch_seconds = time.perf_counter() - started
+        if epoch + 1 < args.epochs:
+            # Start reading the next epoch now: its first batches load while rank 0
+            # evaluates and checkpoints, instead of stalling the epoch's first step.
+            data.set_epoch(epoch + 1)
+            upcoming = iter(data)
         total_loss, total_rows = _all_reduce([float(loss_sum), float(rows)], device, distributed)
         (slowest,) = _all_reduce([epoch_seconds], device, distributed, op="max")
         epoch_digest = sum(_gather(digest, env.world_size, distributed)) % DIGEST_MODULUS
