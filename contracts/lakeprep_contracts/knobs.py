@@ -480,6 +480,16 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "null = `world_size` / processes per pod",
         ),
     ),
+    "spark": (
+        Knob(
+            "log_level",
+            "WARN",
+            {"enum": ["OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL"]},
+            "Spark's (log4j2 root) level in the stages' task logs; `INFO` brings back Spark's "
+            "progress lines; lakeprep's own lines stay at INFO (docs/PIPELINE.md#task-logs)",
+            FormField("spark_log_level", "Spark log level", "Spark"),
+        ),
+    ),
 }
 
 # The groups that are stages (spec `stages.<name>`); the others are top-level sections.
@@ -492,7 +502,7 @@ STAGE_GROUPS = (
     "balance",  # applied by export_shards, to the train split only
     "export_shards",
 )
-TOP_LEVEL_GROUPS = ("window", "training")
+TOP_LEVEL_GROUPS = ("window", "training", "spark")  # `spark` also has `conf` (lakeprep_airflow.spec)
 
 # Per-column transform overrides (`columns[].transform`): key -> (knob it overrides, roles).
 COLUMN_TRANSFORM_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {

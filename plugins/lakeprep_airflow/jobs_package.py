@@ -16,6 +16,7 @@ from lakeprep_airflow.locations import cache_dir, contracts_dir, spark_jobs_dir
 
 PACKAGE = "lakeprep_jobs"
 CONTRACTS_PACKAGE = "lakeprep_contracts"
+LOG4J2_CONFIG = "log4j2.properties"
 
 
 def _sources(root: Path, package: str, hint: str) -> list[tuple[Path, str]]:
@@ -48,6 +49,14 @@ def build_zip(
             zf.writestr(info, f.read_bytes())
     os.replace(tmp, target)
     return target
+
+
+def log4j2_config(jobs_dir: Path | None = None) -> Path:
+    """The stages' log4j2 configuration (`spark_jobs/log4j2.properties`): Spark at WARN unless asked."""
+    config = (jobs_dir or spark_jobs_dir()) / LOG4J2_CONFIG
+    if not config.is_file():
+        raise FileNotFoundError(f"no log4j2 configuration for the stages at {config}")
+    return config
 
 
 def stage_script(stage: str, jobs_dir: Path | None = None) -> Path:

@@ -131,15 +131,17 @@ SPEC_SCHEMA: dict[str, Any] = {
             "properties": {g: knobs.group_schema(g) for g in knobs.STAGE_GROUPS},
         },
         **{g: knobs.group_schema(g) for g in knobs.TOP_LEVEL_GROUPS},
+        # The `spark` knobs (`log_level`) plus `conf`, Spark's own settings by name.
         "spark": {
             "type": "object",
             "additionalProperties": False,
             "properties": {
+                **knobs.group_schema("spark")["properties"],
                 "conf": {
                     "type": "object",
                     "propertyNames": {"pattern": r"^spark\.[A-Za-z0-9_.\-]+$"},
                     "additionalProperties": {"type": "string"},
-                }
+                },
             },
         },
     },
@@ -738,5 +740,10 @@ def stage_io(
 
 def config_hash(spec: DatasetSpec) -> str:
     """A stable fingerprint of everything that shapes the data (recorded in the manifest)."""
-    payload = json.dumps(spec.data, sort_keys=True, separators=(",", ":"))
+    # How much Spark logs shapes no data: a run at INFO exports what a run at WARN does.
+    data = {k: v for k, v in spec.data.items() if k != "spark"}
+    spark = {k: v for k, v in spec.data.get("spark", {}).items() if k != "log_level"}
+    if spark:
+        data["spark"] = spark
+    payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()

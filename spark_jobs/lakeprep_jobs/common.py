@@ -21,8 +21,10 @@ import argparse
 import dataclasses
 import json
 import logging
+import sys
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakeprep_contracts import layout
@@ -81,13 +83,21 @@ def stage_main(
     spark-submit), run the stage, stop the session in `finally`."""
     from pyspark.sql import SparkSession
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s lakeprep %(levelname)s %(message)s")
+    _configure_logging(Path(sys.argv[0]).stem)
     args = parse_args(argv, description)
     try:
         params = params_from(params_cls, args.params)
         spark = SparkSession.builder.appName(f"lakeprep-{params_cls.__name__}").getOrCreate()
         try:
+            _sync_executor_log_level(spark)
+            log.info("inputs %s -> output %s", ", ".join(args.inputs), args.output)
             report = run(spark, args.inputs, args.output, params)
+            log.info(
+                "rows in %s, out %s, quarantined %s",
+                report.get("rows_in"),
+                report.get("rows_out"),
+                report.get("rows_quarantined"),
+            )
             log.info("report: %s", json.dumps(report, sort_keys=True))
         finally:
             spark.stop()
@@ -96,6 +106,33 @@ def stage_main(
             with open(args.error_file, "w", encoding="utf-8") as f:
                 f.write(f"{type(err).__name__}: {err}")
         raise
+
+
+def _configure_logging(stage: str) -> None:
+    """lakeprep's lines at INFO as `yy/MM/dd HH:mm:ss LEVEL lakeprep <stage>: ...`, the rest at WARNING.
+
+    The layout is Spark's log4j2 one, so the Airflow task log can level both alike and
+    `lakeprep <stage>:` finds the stage's own lines; py4j's INFO chatter ("Closing down
+    clientserver connection") stays out.
+    """
+    logging.basicConfig(
+        level=logging.WARNING,
+        format=f"%(asctime)s %(levelname)s lakeprep {stage}: %(message)s",
+        datefmt="%y/%m/%d %H:%M:%S",
+    )
+    log.setLevel(logging.INFO)
+
+
+def _sync_executor_log_level(spark: SparkSession) -> None:
+    """Give the executors the driver's Spark log level (`spark.log.level`).
+
+    Executors on a cluster start before the `--files` reach them, so they cannot read
+    the stages' log4j2 file; Spark 4 passes a `setLogLevel` on to every executor when
+    `spark.executor.syncLogLevel.enabled` is set (the operator sets both).
+    """
+    level = spark.sparkContext.getConf().get("spark.log.level", None)
+    if level:
+        spark.sparkContext.setLogLevel(level)
 
 
 # ----------------------------------------------------------------- Hadoop FileSystem access

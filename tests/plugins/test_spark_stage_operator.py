@@ -172,3 +172,101 @@ def test_incomplete_input_partition_fails_before_submission(tmp_path):
         op._check_input(inputs[-1])
     (part / "_SUCCESS").write_text("")
     op._check_input(inputs[-1])
+
+
+def test_spark_logs_at_the_specs_level_from_the_stages_log4j2_file(monkeypatch):
+    config = jobs_package.log4j2_config()
+    op = make_op(stage="validate")
+    op.prepare_submission("r")
+    assert op.conf["spark.log.level"] == "WARN"  # the knob's default
+    assert op.conf["spark.executor.syncLogLevel.enabled"] == "true"
+    assert op.conf["spark.driver.extraJavaOptions"] == (
+        f"-Dlog4j2.configurationFile={config.as_uri()} -Dlakeprep.spark.log.level=WARN"
+    )
+    assert not op.files  # local and client mode: the driver reads the file on this worker
+    cmd = op._get_hook()._build_spark_submit_command(op.application)
+    assert f"spark.driver.extraJavaOptions=-Dlog4j2.configurationFile={config.as_uri()} " in " ".join(cmd)
+    # Asked for: a run's override (the trigger form's *Spark log level*) raises it.
+    loud = make_op(stage="validate", overrides={"spark.log_level": "INFO"})
+    loud.prepare_submission("r")
+    assert loud.conf["spark.log.level"] == "INFO"
+    assert loud.conf["spark.driver.extraJavaOptions"].endswith("-Dlakeprep.spark.log.level=INFO")
+    with pytest.raises(ValueError, match=r"spark\.log_level: 'LOUD' is not one of"):
+        make_op(overrides={"spark.log_level": "LOUD"}).prepare_submission("r")
+
+
+def test_explicit_java_options_and_log_level_win_over_the_stages_defaults():
+    op = make_op(conf={"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=mine.xml -Xss4m"})
+    op.prepare_submission("r")
+    options = op.conf["spark.driver.extraJavaOptions"]
+    # The JVM keeps the last -D of a name: the operator's own option comes after lakeprep's.
+    assert options.startswith("-Dlog4j2.configurationFile=file:") and options.endswith(
+        " -Dlog4j2.configurationFile=mine.xml -Xss4m"
+    )
+    explicit = make_op(conf={"spark.log.level": "ERROR"})
+    explicit.prepare_submission("r")
+    assert explicit.conf["spark.log.level"] == "ERROR"
+
+
+def test_cluster_deploy_mode_ships_the_log4j2_file_to_the_driver(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEPREP_TEST_YARN", "spark://yarn?deploy-mode=cluster&queue=etl")
+    op = make_op(conn_id="lakeprep_test_yarn", files="/etc/lakeprep/extra.conf")
+    op.prepare_submission("r")
+    first = dict(op.conf)
+    op.prepare_submission("r")  # a second preparation ships and passes it once
+    assert op.conf == first
+    config = jobs_package.log4j2_config()
+    assert op.files == f"/etc/lakeprep/extra.conf,{config}"
+    # YARN puts `--files` into the driver's working directory before its JVM starts.
+    options = op.conf["spark.driver.extraJavaOptions"]
+    assert options.startswith("-Dlog4j2.configurationFile=log4j2.properties ")
+
+
+class RecordingLog:
+    """Stands in for the hook's structlog logger: records (method, message)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def __getattr__(self, level: str):
+        return lambda msg, *args, **kwargs: self.lines.append((level, msg % args if args else msg))
+
+
+def test_spark_submit_output_lines_reach_the_task_log_at_their_own_level():
+    from lakeprep_airflow.operators.spark_stage import SparkOutputLog
+
+    output = [
+        "WARNING: Using incubator modules: jdk.incubator.vector\n",
+        "26/12/01 11:49:10 INFO SparkContext: Running Spark version 4.3.0\n",
+        "26/12/01 11:49:36 WARN CSVHeaderChecker: CSV header does not conform to the schema.\n",
+        " Header: year, month\n",
+        "26/12/01 11:49:52 INFO lakeprep validate: rows in 842, out 831, quarantined 11\n",
+        "26/12/01 11:49:53 ERROR Executor: Exception in task 0.0 in stage 3.0 (TID 3)\n",
+        "java.lang.OutOfMemoryError: Java heap space\n",
+        "26/12/01 11:49:54 WARNING lakeprep fit_transform: left out precip (variance 0)\n",
+        "Traceback (most recent call last):\n",
+        '  File "validate.py", line 1, in <module>\n',
+        "26/12/01 11:49:55 DEBUG Utils: detail\n",
+    ]
+    recorder = RecordingLog()
+    hook = make_op(stage="validate")._get_hook()
+    assert isinstance(hook.log, SparkOutputLog)
+    hook._log = SparkOutputLog(recorder)
+    hook._process_spark_submit_log(iter(output))  # the provider's own loop over the output
+    assert [level for level, _ in recorder.lines] == [
+        "info",
+        "info",
+        "warning",
+        "warning",
+        "info",
+        "error",
+        "error",
+        "warning",
+        "error",
+        "error",
+        "info",
+    ]
+    assert [line for _, line in recorder.lines] == [line.strip() for line in output]
+    # The hook's own messages (with arguments) keep the level the hook chose.
+    hook.log.info("Spark-Submit cmd: %s", "26/12/01 11:49:55 ERROR not a line")
+    assert recorder.lines[-1] == ("info", "Spark-Submit cmd: 26/12/01 11:49:55 ERROR not a line")

@@ -208,6 +208,10 @@ def test_config_hash_changes_with_the_data_shaping_fields():
     spec = load_spec(FLIGHTS)
     assert spec_mod.config_hash(spec) == spec_mod.config_hash(load_spec(FLIGHTS))
     assert spec_mod.config_hash(spec) != spec_mod.config_hash(spec.with_overrides({"stages.sample.seed": 99}))
+    # How much Spark logs is not one of them.
+    assert spec.data["spark"]["log_level"] == "WARN"
+    loud = spec.with_overrides({"spark.log_level": "INFO"})
+    assert spec_mod.config_hash(spec) == spec_mod.config_hash(loud)
 
 
 @pytest.mark.parametrize(

@@ -13,14 +13,19 @@ decided (its XCom), so both see the same days and the manifest can name the othe
 A failed stage fails the task with the stage's own message first (the job writes it to
 `--error-file`, a local file in client mode); spark-submit's command line and log tail
 stay in the chained cause.
+
+Task logs stay short: Spark logs at the spec's `spark.log_level` (WARN unless asked,
+`spark_jobs/log4j2.properties`), the stage's own lines (`lakeprep <stage>: ...`) at INFO,
+and each line of spark-submit's output reaches the Airflow log at the level it carries.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -30,10 +35,18 @@ from lakeprep_airflow import jobs_package, lake_fs
 from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin, parse_overrides
 
-__all__ = ["SparkStageOperator", "StageFailed", "parse_overrides", "stage_argv"]
+__all__ = [
+    "SparkOutputLog",
+    "SparkStageOperator",
+    "StageFailed",
+    "parse_overrides",
+    "spark_log_conf",
+    "stage_argv",
+]
 from lakeprep_airflow.partition_status import check_partition
 
 if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.sdk import Context
 
 
@@ -46,6 +59,66 @@ def stage_argv(
         argv += ["--input", uri]
     argv += ["--output", output, "--params", json.dumps(params, sort_keys=True, separators=(",", ":"))]
     return [*argv, "--error-file", error_file] if error_file else argv
+
+
+def spark_log_conf(conf: Mapping[str, str], level: str, config_uri: str) -> dict[str, str]:
+    """`conf` plus what makes Spark log at `level`, configured by the log4j2 file `config_uri`.
+
+    The driver (the spark-submit JVM in local and client mode, whose output is the task
+    log) reads the file from its start: `-Dlog4j2.configurationFile`, placed before the
+    options `conf` already has so an explicit one wins. Executors on a cluster start
+    before `--files` reach them; they get the level from the driver (`spark.log.level`,
+    synced to them by `lakeprep_jobs.common`). An explicit `spark.log.level` wins too.
+    """
+    driver = f"-Dlog4j2.configurationFile={config_uri} -Dlakeprep.spark.log.level={level}"
+    given = conf.get("spark.driver.extraJavaOptions") or ""
+    given = given.removeprefix(driver).strip()  # prepared before: added once
+    return {
+        "spark.log.level": level,
+        "spark.executor.syncLogLevel.enabled": "true",
+        **conf,
+        "spark.driver.extraJavaOptions": f"{driver} {given}" if given else driver,
+    }
+
+
+# Spark's log4j2 layout (and the stages' Python logging): `26/01/31 12:00:00 WARN Utils: ...`.
+_LEVELLED_LINE = re.compile(r"^\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2} (?P<level>[A-Z]+) ")
+_LEVELS = {
+    "WARN": "warning",
+    "WARNING": "warning",
+    "ERROR": "error",
+    "FATAL": "critical",
+    "CRITICAL": "critical",
+}
+
+
+class SparkOutputLog:
+    """The hook's logger, logging spark-submit's output lines at the level they carry.
+
+    `SparkSubmitHook._process_spark_submit_log` logs every output line as `log.info(line)`,
+    so Spark's WARN and ERROR lines would be INFO in Airflow and the UI's WARNING filter
+    would hide them. A line with a level header goes at that level (Spark's
+    TRACE/DEBUG/INFO stay INFO, as the provider logs them), the header-less lines after
+    it (a stack trace, a multi-line message) at the same, a Python traceback at ERROR.
+    The hook's own messages (with arguments) pass through unchanged.
+    """
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+        self._level = "info"
+
+    def info(self, msg: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not isinstance(msg, str):
+            return self._log.info(msg, *args, **kwargs)
+        header = _LEVELLED_LINE.match(msg)
+        if header:
+            self._level = _LEVELS.get(header["level"], "info")
+        elif msg.startswith("Traceback (most recent call last)"):
+            self._level = "error"
+        return getattr(self._log, self._level)(msg)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._log, name)
 
 
 class StageFailed(AirflowException):
@@ -105,12 +178,45 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
         # The spec's Spark settings first (its time zone as the session's, so timestamps
         # without an offset and calendar functions use the dataset's zone); the
         # operator's own `conf` wins.
-        self.conf = {
+        conf = {
             "spark.sql.session.timeZone": spec.data.get("time_zone", "UTC"),
             **spec.data.get("spark", {}).get("conf", {}),
             **(self.conf or {}),
         }
+        self.conf = spark_log_conf(conf, spec.data["spark"]["log_level"], self._log4j2_config_uri())
         return inputs, output
+
+    def _log4j2_config_uri(self) -> str:
+        """Where the driver reads the stages' log4j2 file.
+
+        Local and client mode: on this worker. Cluster mode: the copy `--files` ships,
+        which YARN puts into the driver's working directory before its JVM starts.
+        """
+        config = jobs_package.log4j2_config()
+        if self._resolved_deploy_mode() != "cluster":
+            return config.as_uri()
+        shipped = [f for f in (self.files or "").split(",") if f]
+        if str(config) not in shipped:
+            self.files = ",".join([*shipped, str(config)])
+        return config.name
+
+    def _resolved_deploy_mode(self) -> str | None:
+        """The deploy mode the provider's hook will use: this operator's, else the connection's."""
+        if self._deploy_mode:
+            return self._deploy_mode
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return BaseHook.get_connection(self._conn_id).extra_dejson.get("deploy-mode")
+        except AirflowNotFoundException:
+            return None  # `_check_connection` names the missing connection
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        # LoggingMixin keeps the logger in `_log`: the hook logs through the wrapper.
+        hook._log = SparkOutputLog(hook.log)
+        return hook
 
     def _check_connection(self) -> None:
         # The provider silently falls back to `--master yarn` when the connection is
