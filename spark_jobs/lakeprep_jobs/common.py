@@ -230,7 +230,24 @@ class PartitionCommit:
         self.staging = f"{parent}/{layout.STAGING_DIR}/{leaf}-{uuid.uuid4().hex[:12]}"
 
     def __enter__(self) -> str:
+        self.remove_leftovers()
         return self.staging
+
+    def remove_leftovers(self) -> list[str]:
+        """Delete what earlier, killed attempts staged for this partition.
+
+        A task killed mid-write (SIGKILL, a lost node) never reaches `__exit__`, so its
+        `_staging/<leaf>-<random>` folder stays; the retry removes it before it writes.
+        One writer per partition is assumed, as for the overwrite itself: a second stage
+        writing the same partition at the same time would lose its staging folder.
+        """
+        parent, _, leaf = self.output.rpartition("/")
+        fs, pattern = _jvm_path(self.spark, f"{parent}/{layout.STAGING_DIR}/{leaf}-*")
+        removed = [str(status.getPath()) for status in (fs.globStatus(pattern) or [])]
+        for uri in removed:
+            log.warning("removing %s, staged by an earlier attempt that did not finish", uri)
+            delete(self.spark, uri)
+        return removed
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is not None:
