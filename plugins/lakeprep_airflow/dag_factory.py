@@ -130,6 +130,9 @@ def build_dag(spec: DatasetSpec) -> DAG:
             # Deferrable waits in the triggerer; otherwise reschedule frees the worker slot
             # between pokes. Either way no worker is held while the partition is missing.
             deferrable=source.get("deferrable", False),
+            ds=RUN_DS_TEMPLATE,
+            valid_from=str(start) if start else None,
+            valid_to=str(end) if end else None,
             mode="reschedule",
             poke_interval=source.get("poke_interval_seconds", 300),
             timeout=source.get("timeout_seconds", 6 * 3600),

@@ -97,3 +97,40 @@ def test_trigger_serializes_round_trip(partition):
     path, kwargs = trigger.serialize()
     assert path == "lakeprep_airflow.triggers.partition.PartitionCompleteTrigger"
     assert PartitionCompleteTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+@pytest.mark.parametrize(
+    ("ds", "message"),
+    [
+        ("2026-12-01", r"date 2026-12-01 is after the dataset's end_date 2013-12-31; the trigger form"),
+        ("2012-12-31", r"date 2012-12-31 is before the dataset's start_date 2013-01-01"),
+        ("2013-13-01", r"partition date '2013-13-01' must be YYYY-MM-DD"),
+    ],
+)
+def test_a_date_outside_the_dataset_fails_at_once(partition, ds, message):
+    """The pre-filled logical date (now) must not leave a sensor waiting 6 hours."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    _, uri = partition
+    sensor = PartitionSensor(
+        task_id="wait", uri=uri, ds=ds, valid_from="2013-01-01", valid_to="2013-12-31", timeout=3600
+    )
+    started = time.monotonic()
+    with pytest.raises(AirflowFailException, match=message):
+        sensor.execute({})
+    assert time.monotonic() - started < 5
+
+
+def test_a_future_date_fails_and_a_date_inside_waits(partition):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    path, uri = partition
+    with pytest.raises(AirflowFailException, match="is in the future"):
+        PartitionSensor(task_id="wait", uri=uri, ds="2999-01-01").execute({})
+    path.mkdir(parents=True)
+    (path / "_SUCCESS").write_text("")
+    (path / "part-0.csv").write_text("x\n")
+    inside = PartitionSensor(
+        task_id="wait", uri=uri, ds="2013-01-01", valid_from="2013-01-01", valid_to="2013-12-31", mode="poke"
+    )
+    assert inside.execute({}) is None  # complete: no refusal, no wait

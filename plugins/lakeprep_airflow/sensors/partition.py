@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowSensorTimeout
+from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
 from lakeprep_airflow.partition_status import LakeUnreachableError, check_partition
 from lakeprep_airflow.triggers.partition import PartitionCompleteTrigger
@@ -33,9 +33,12 @@ class PartitionSensor(BaseSensorOperator):
     :param min_bytes: minimum total bytes of those files.
     :param webhdfs_conn_id: the WebHDFS connection for `hdfs://` URIs. (templated)
     :param deferrable: wait in the triggerer instead of a worker slot.
+    :param ds: the partition's date, YYYY-MM-DD; with `valid_from`/`valid_to` (the dataset's
+        `start_date`/`end_date`), a date outside them, or after today, fails at once rather
+        than waiting out the timeout for data that cannot come. (templated)
     """
 
-    template_fields: Sequence[str] = ("uri", "webhdfs_conn_id")
+    template_fields: Sequence[str] = ("uri", "webhdfs_conn_id", "ds")
     ui_color = "#e8f1fa"
 
     def __init__(
@@ -46,6 +49,9 @@ class PartitionSensor(BaseSensorOperator):
         min_bytes: int = 0,
         webhdfs_conn_id: str = "webhdfs_default",
         deferrable: bool = False,
+        ds: str | None = None,
+        valid_from: str | None = None,
+        valid_to: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -56,7 +62,35 @@ class PartitionSensor(BaseSensorOperator):
         self.min_bytes = min_bytes
         self.webhdfs_conn_id = webhdfs_conn_id
         self.deferrable = deferrable
+        self.ds = ds
+        self.valid_from = valid_from
+        self.valid_to = valid_to
         self._last_seen = "not checked yet"
+
+    def check_date(self) -> None:
+        """Refuse a partition date the data cannot have (no retries: a retry would not help)."""
+        if not self.ds:
+            return
+        try:
+            day = date.fromisoformat(str(self.ds))
+        except ValueError:
+            raise AirflowFailException(f"partition date {self.ds!r} must be YYYY-MM-DD") from None
+        where = f"partition {self.uri}"
+        if self.valid_from and day < date.fromisoformat(self.valid_from[:10]):
+            raise AirflowFailException(
+                f"{where}: date {day} is before the dataset's start_date {self.valid_from[:10]}; "
+                "trigger the run with a logical date inside the dataset's dates"
+            )
+        if self.valid_to and day > date.fromisoformat(self.valid_to[:10]):
+            raise AirflowFailException(
+                f"{where}: date {day} is after the dataset's end_date {self.valid_to[:10]}; the trigger "
+                "form's logical date defaults to now: set it to a day inside the dataset's dates"
+            )
+        tomorrow = datetime.now(UTC).date() + timedelta(days=1)
+        if day > tomorrow:
+            raise AirflowFailException(
+                f"{where}: date {day} is in the future (today is {tomorrow - timedelta(days=1)})"
+            )
 
     def poke(self, context: Context) -> bool:
         # An unreachable lake raises LakeUnreachableError naming the endpoint: the task
@@ -73,6 +107,7 @@ class PartitionSensor(BaseSensorOperator):
         )
 
     def execute(self, context: Context) -> Any:
+        self.check_date()
         if not self.deferrable:
             try:
                 return super().execute(context)
