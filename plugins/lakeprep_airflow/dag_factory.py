@@ -2,7 +2,7 @@
 
     daily:  wait_for_partition >> validate >> preprocess >> sample
     window: >> wait_for_window >> check_drift >> fit_transform >> export_shards
-            >> gpu_training_handoff
+            >> gpu_training_handoff >> write_report
     train:  gpu_training_handoff      (on each event of the export's Asset, or by hand)
 
 The daily stages keep no fitted state, so backfilled days run in parallel; the window
@@ -26,6 +26,7 @@ from airflow.sdk import DAG, Param, chain
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE
 from lakeprep_airflow.operators.drift import DriftCheckOperator
 from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
+from lakeprep_airflow.operators.report import RunReportOperator
 from lakeprep_airflow.operators.retrain_handoff import RetrainHandoffOperator
 from lakeprep_airflow.operators.spark_stage import SparkStageOperator
 from lakeprep_airflow.retrain import (
@@ -47,6 +48,7 @@ TASKS = (
     "check_drift",
     *WINDOW_STAGES,
     "gpu_training_handoff",
+    "write_report",
 )
 TRAIN_TASKS = ("gpu_training_handoff",)
 # The spec section whose form knobs the train DAG's form offers (backend, epochs).
@@ -166,7 +168,9 @@ def build_dag(spec: DatasetSpec) -> DAG:
         handoff = GpuTrainingHandoffOperator(
             task_id="gpu_training_handoff", spec_path=spec_path, overrides=overrides
         )
-        chain(wait, *daily, wait_window, drift, *window, handoff)
+        # summary.md and report.html (the run page's Report tab): docs/OPERATIONS.md#run-report.
+        report = RunReportOperator(task_id="write_report", spec_path=spec_path, overrides=overrides)
+        chain(wait, *daily, wait_window, drift, *window, handoff, report)
     return dag
 
 

@@ -11,7 +11,9 @@ split through sampling, train-only balancing and augmentation (the export's
 (where it is, what it fitted on, what it left out), the window's days, the shards written,
 the trainer's metrics against the training split's majority-class baseline, and where
 the manifest and model are. Also writes the same summary as `summary.json` and
-`summary.md` under `<lake>/reports/<dataset>/dt=<date>/`.
+`summary.md` under `<lake>/reports/<dataset>/dt=<date>/`, and `report.html`, the same
+data with plots (`lakeprep_airflow.report`; the pipeline's `write_report` task writes all
+three at the end of each run).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow.spec import REPORT_NAME, STAGES, lake_uri
 from lakeprep_contracts import layout
+
+REPORT_HTML = "report.html"  # beside summary.md; the Airflow UI's Report tab serves it
 
 
 def _read_json(fs: lake_fs.LakeFS, path: str) -> dict[str, Any] | None:
@@ -47,9 +51,12 @@ def collect(
     drift = _read_json(fs, path_of("check_drift", layout.DRIFT))
     sampling = _read_json(fs, path_of("export_shards", layout.SAMPLING))
     fit = reports["fit_transform"] or {}
+    # The fitted document itself (PCA's explained variance, selection scores): report.html.
+    transform = _read_json(fs, path_of("fit_transform", layout.TRANSFORM)) if fit else None
     return {
         "dataset": dataset,
         "logical_date": ds,
+        "run_id": (manifest or {}).get("run_id"),
         "stages": {
             s: {k: r.get(k) for k in ("rows_in", "rows_out", "rows_quarantined")} if r else None
             for s, r in reports.items()
@@ -70,6 +77,7 @@ def collect(
                 "vocabulary_sizes": fit.get("vocabulary_sizes", {}),
                 "dropped": fit.get("dropped", []),
                 "constant_numerics": fit.get("constant_numerics", []),
+                **_fitted_view(transform),
             }
             if fit
             else None
@@ -86,6 +94,27 @@ def collect(
         else None,
         "model": lake_uri(lake_root, layout.MODELS, dataset, ds) + "/model.pt" if metrics else None,
         "report": lake_uri(lake_root, layout.REPORTS, dataset, ds) + "/summary.md",
+        "report_html": lake_uri(lake_root, layout.REPORTS, dataset, ds) + "/" + REPORT_HTML,
+    }
+
+
+def _fitted_view(transform: dict[str, Any] | None) -> dict[str, Any]:
+    """PCA's explained variance and the selection tests' scores from transform.json (None: off)."""
+    transform = transform or {}
+    pca = transform.get("pca")
+    selection = transform.get("selection") or {}
+    return {
+        "pca": {k: pca[k] for k in ("k", "variance_target", "explained_variance", "outputs")}
+        if pca
+        else None,
+        "selection_scores": [
+            {
+                "step": step,
+                **{k: score.get(k) for k in ("name", "test", "statistic", "p_value", "kept", "reason")},
+            }
+            for step in ("variance_threshold", "univariate")
+            for score in (selection.get(step) or {}).get("scores", [])
+        ],
     }
 
 
@@ -126,6 +155,7 @@ def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | N
         return None
     val = metrics.get("validation") or {}
     base = metrics.get("baseline") or val.get("baseline") or {}
+    evidence = (telemetry or {}).get("evidence") or {}
     return {
         "validation_accuracy": val.get("accuracy"),
         "validation_balanced_accuracy": val.get("balanced_accuracy"),
@@ -143,6 +173,21 @@ def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | N
         "precision": metrics.get("precision"),
         "restarts": metrics.get("restarts"),
         "resumed_from": metrics.get("resumed_from"),
+        # Per epoch: the train split's mean loss and the validation split's loss (the curve).
+        "history": [
+            {
+                "epoch": h.get("epoch"),
+                "train_loss": h.get("train_loss"),
+                "validation_loss": (h.get("validation") or {}).get("loss"),
+            }
+            for h in metrics.get("history") or []
+        ],
+        "shares": (telemetry or {}).get("shares"),
+        "peak_memory_bytes": evidence.get("peak_memory_bytes"),
+        "device_memory_bytes": evidence.get("device_memory_bytes"),
+        "memory_share": evidence.get("memory_share"),
+        "device": metrics.get("device"),
+        "world_size": metrics.get("world_size"),
     }
 
 
@@ -245,12 +290,18 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def write(lake_root: str, day: dict[str, Any], *, webhdfs_conn_id: str = "webhdfs_default") -> None:
+def write(lake_root: str, day: dict[str, Any], *, webhdfs_conn_id: str = "webhdfs_default") -> str:
+    """Write summary.json, summary.md and report.html for the day; returns report.html's URI."""
+    from lakeprep_airflow import report  # matplotlib, imported only when a report is written
+
     uri = lake_uri(lake_root, layout.REPORTS, day["dataset"], day["logical_date"])
     fs, path = lake_fs.resolve(uri, webhdfs_conn_id=webhdfs_conn_id)
     fs.makedirs(path)
     fs.write_bytes(lake_fs.join(path, "summary.json"), json.dumps(day, indent=2, sort_keys=True).encode())
     fs.write_bytes(lake_fs.join(path, "summary.md"), render(day).encode())
+    # Served by the Airflow UI while a rerun may rewrite it: readers see a whole page.
+    lake_fs.write_atomic(fs, lake_fs.join(path, REPORT_HTML), report.build_html(day).encode())
+    return layout.join(uri, REPORT_HTML)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

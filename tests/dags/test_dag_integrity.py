@@ -20,6 +20,7 @@ CHAIN = [
     "fit_transform",
     "export_shards",
     "gpu_training_handoff",
+    "write_report",
 ]
 SPARK_STAGES = ["validate", "preprocess", "sample", "fit_transform", "export_shards"]
 

@@ -97,3 +97,43 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
                 if (state_dir / folder).is_dir():
                     shutil.copytree(state_dir / folder, kept / folder, dirs_exist_ok=True)
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+STACK_DAY = "2013-01-01"
+STACK_RUN_ID = f"stack__{STACK_DAY}"  # the run test_airflow_services triggers
+
+
+@pytest.fixture(scope="session")
+def stack_day_run(airflow_stack: dict) -> dict:
+    """A finished run of lakeprep_flights for 2013-01-01 on the stack, its DAG run as the API gives it.
+
+    Reuses the run `stack__2013-01-01` when it exists (test_airflow_services triggers it),
+    else lands the day, unpauses both DAGs and triggers it the same way; then waits for a
+    final state. A run that did not succeed fails the caller: nothing skips.
+    """
+    import datetime as dt
+    import time
+
+    from lakeprep_airflow.demo_data import land
+
+    client, dag_id = airflow_stack["client"], "lakeprep_flights"
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{STACK_RUN_ID}"
+    if client.request("GET", path).status_code == 404:
+        land(airflow_stack["lake_root"], dt.date.fromisoformat(STACK_DAY), dt.date.fromisoformat(STACK_DAY))
+        for dag in (dag_id, f"{dag_id}_train"):
+            client.wait_for_dag(dag)
+            client.patch(f"/api/v2/dags/{dag}", {"is_paused": False}, update_mask="is_paused")
+        client.post(
+            f"/api/v2/dags/{dag_id}/dagRuns",
+            {
+                "dag_run_id": STACK_RUN_ID,
+                "logical_date": f"{STACK_DAY}T00:00:00Z",
+                "conf": {"sample_fraction": 0.8, "seed": 3},
+            },
+        )
+    deadline = time.monotonic() + 600
+    while (run := client.get(path))["state"] not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"{STACK_RUN_ID} still {run['state']} after 600 s"
+        time.sleep(3)
+    assert run["state"] == "success", f"{STACK_RUN_ID} is {run['state']}: see <tmp>/airflow-stack-logs"
+    return run
