@@ -22,13 +22,13 @@ export PYTHONPATH := $(CURDIR)/plugins:$(CURDIR)/spark_jobs:$(CURDIR)/training:$
 DEMO_FROM ?= 2013-01-01
 DEMO_TO ?= 2013-01-03
 
-.PHONY: demo test lint format venv system-deps land-demo-data cluster-up cluster-down up down clean
+.PHONY: demo test lint format venv system-deps land-demo-data cluster-up cluster-down up down clean bench bench-quick
 
 system-deps:
 	@if ! dpkg -s libkrb5-dev >/dev/null 2>&1 || ! command -v java >/dev/null 2>&1 \
-	    || ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then \
-	  echo "installing Debian packages: libkrb5-dev (gssapi build for the HDFS provider), Java 17, PostgreSQL (make up)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libkrb5-dev openjdk-17-jre-headless postgresql >/dev/null; \
+	    || ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || ! test -x /usr/bin/chromium; then \
+	  echo "installing Debian packages: libkrb5-dev (gssapi build for the HDFS provider), Java 17, PostgreSQL (make up), chromium (the UI browser test)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libkrb5-dev openjdk-17-jre-headless postgresql chromium >/dev/null; \
 	fi
 
 # providers-apache-spark pulls pyspark-client (4.2), which ships the same pyspark/ files as
@@ -65,6 +65,16 @@ demo: $(STAMP) $(AIRFLOW_HOME)/airflow.db land-demo-data
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+# Benchmarks against the floor (benchmarks/, results in benchmarks/RESULTS.md): 1 M, 4 M and
+# 16 M generated flights rows, niced so a shared machine stays usable. BENCH_ARGS adds options
+# (e.g. BENCH_ARGS="--rows 1000000 --reps 2"). bench-quick is the 20 k-row smoke run
+# (results in .bench/quick/) that `make test` runs through tests/benchmarks/.
+bench: $(STAMP)
+	nice -n 10 $(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+bench-quick: $(STAMP)
+	nice -n 10 $(BIN)/python -m benchmarks --quick $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,120 @@
+"""Where the benchmark runs: the repository's folders, the children's environment, the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+# Generated data, logs and scratch output: gitignored (see .gitignore), never committed.
+WORK = Path(os.environ.get("LAKEPREP_BENCH_DIR") or REPO / ".bench")
+SOURCE_DIRS = ("plugins", "spark_jobs", "training", "contracts")
+FLIGHTS_SPEC = REPO / "pipelines" / "flights.yaml"
+SPARK_MASTER = "local[2]"
+
+
+def put_sources_on_path() -> None:
+    """The project's roots, as the Makefile's PYTHONPATH has them (for `python -m benchmarks`)."""
+    for name in reversed(SOURCE_DIRS):
+        path = str(REPO / name)
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of every child: the Makefile's embedded default (Spark local[2])."""
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(WORK / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{SPARK_MASTER}"}}',
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(REPO), *(str(REPO / d) for d in SOURCE_DIRS)]),
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "LAKEPREP_CACHE_DIR": str(WORK / "cache"),
+        # The harness builds commands through the Spark provider, which logs each at INFO.
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+    }
+    env.update(extra)
+    return env
+
+
+def use_child_env() -> None:
+    """Make this process see what its children see (the Spark connection, AIRFLOW_HOME)."""
+    os.environ.update(child_env())
+    (WORK / "airflow").mkdir(parents=True, exist_ok=True)
+    put_sources_on_path()
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _mem_total_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _version(module: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _java_version() -> str | None:
+    try:
+        out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = (out.stderr or out.stdout).splitlines()
+    return first[0].strip() if first else None
+
+
+def machine() -> dict[str, Any]:
+    """The machine as /proc tells it, the load when the run started, and the versions."""
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "memory_gib": _mem_total_gib(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "java": _java_version(),
+        "versions": {
+            name: _version(name)
+            for name in (
+                "pyspark",
+                "apache-airflow",
+                "apache-airflow-providers-apache-spark",
+                "pyarrow",
+                "numpy",
+                "pandas",
+                "torch",
+                "polars",
+                "scikit-learn",
+            )
+        },
+        "spark_master": SPARK_MASTER,
+    }

@@ -1,0 +1,157 @@
+"""Run one child process and measure it: wall time and peak memory.
+
+Peak memory is taken two ways, because a spark-submit is a process tree (the launcher
+script, the JVM driver, the Python driver it forks, Python workers):
+
+- `peak_rss_mb`: the highest sum of RSS over the whole tree, sampled every 50 ms with
+  psutil (what the machine had to hold at once; a spike shorter than 50 ms can be missed);
+- `max_rss_mb`: the kernel's `ru_maxrss` from `wait4` for that child: the peak of the
+  largest single process of the tree (exact, but not a sum).
+
+`cpu_s` is user + system CPU time from the same `wait4` (the child and the descendants
+it waited for): on a shared machine it moves much less with the load than wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+SAMPLE_INTERVAL_S = 0.05
+
+
+class ChildFailed(RuntimeError):
+    """A measured child exited non-zero; the message carries its command and log tail."""
+
+
+@dataclass
+class Measured:
+    wall_s: float
+    peak_rss_mb: float
+    max_rss_mb: float
+    cpu_s: float = 0.0
+    stdout_tail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("stdout_tail")
+        return out
+
+
+def _tree_rss(proc: psutil.Process) -> int:
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def _kill_tree(pid: int) -> None:
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+def run_child(
+    cmd: Sequence[str], *, env: dict[str, str], log: Path, cwd: Path | None = None, timeout_s: float = 7200
+) -> Measured:
+    """Run `cmd`, its output to `log`; raise ChildFailed (with the log tail) on a non-zero exit."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    peak = 0
+    with open(log, "wb") as out:
+        start = time.perf_counter()
+        popen = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+        stop = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            try:
+                proc = psutil.Process(popen.pid)
+            except psutil.Error:
+                return
+            while not stop.is_set():
+                peak = max(peak, _tree_rss(proc))
+                stop.wait(SAMPLE_INTERVAL_S)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        deadline = start + timeout_s
+        try:
+            while True:
+                pid, status, usage = os.wait4(popen.pid, os.WNOHANG)
+                if pid:
+                    break
+                if time.perf_counter() > deadline:
+                    raise ChildFailed(f"timed out after {timeout_s} s: {' '.join(cmd)} (log {log})")
+                time.sleep(0.01)
+        except BaseException:  # a timeout, or the harness interrupted: leave no JVM behind
+            _kill_tree(popen.pid)
+            raise
+        finally:
+            stop.set()
+            sampler.join()
+        wall = time.perf_counter() - start
+        popen.returncode = os.waitstatus_to_exitcode(status)
+    tail = log.read_text(errors="replace")[-4000:]
+    if popen.returncode != 0:
+        raise ChildFailed(f"exit {popen.returncode}: {' '.join(cmd)}\nlog {log}, last lines:\n{tail}")
+    # ru_maxrss is in KiB on Linux.
+    return Measured(
+        wall_s=round(wall, 3),
+        peak_rss_mb=round(peak / 2**20, 1),
+        max_rss_mb=round(usage.ru_maxrss / 1024, 1),
+        cpu_s=round(usage.ru_utime + usage.ru_stime, 3),
+        stdout_tail=tail,
+    )
+
+
+RESULT_MARK = "LAKEPREP_BENCH_RESULT "
+
+
+def emit_result(payload: dict[str, Any]) -> None:
+    """How a Python child hands its own numbers back (one marked JSON line on stdout)."""
+    print(RESULT_MARK + json.dumps(payload, sort_keys=True), flush=True)
+
+
+def child_result(measured: Measured) -> dict[str, Any]:
+    for line in reversed(measured.stdout_tail.splitlines()):
+        if line.startswith(RESULT_MARK):
+            return json.loads(line[len(RESULT_MARK) :])
+    raise ChildFailed(f"child printed no {RESULT_MARK.strip()} line; last output:\n{measured.stdout_tail}")
+
+
+def summary(values: Sequence[float]) -> dict[str, float | int]:
+    """Median and spread (min, max, and the relative half-range) of the repetitions."""
+    values = [float(v) for v in values]
+    med = statistics.median(values)
+    return {
+        "n": len(values),
+        "median": round(med, 4),
+        "min": round(min(values), 4),
+        "max": round(max(values), 4),
+        "spread_pct": round(100 * (max(values) - min(values)) / (2 * med), 1) if med else 0.0,
+    }

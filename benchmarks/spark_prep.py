@@ -1,0 +1,135 @@
+"""(a) The staged Spark preparation against its floor, each submitted as the operator does.
+
+The five stages' commands are built by `SparkStageOperator` itself (`prepare_submission`,
+then the Spark provider's `SparkSubmitHook._build_spark_submit_command`, which is what
+`SparkSubmitOperator.execute` runs): the same `--master` from the `spark_default`
+connection, the spec's and the operator's `--conf`, the content-addressed jobs zip as
+`--py-files`, the stage script and its argv. Only the Airflow task around it is left
+out (its start-up is not Spark's). The floor and the empty submission reuse that
+command line with another application, so they get the same session settings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks import event_log
+from benchmarks.environment import FLIGHTS_SPEC, REPO, child_env, use_child_env
+from benchmarks.measure import run_child
+
+STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")
+RUN_ID = "bench__run"
+FLOOR_SCRIPT = REPO / "benchmarks" / "jobs" / "floor.py"
+EMPTY_SCRIPT = REPO / "benchmarks" / "jobs" / "empty.py"
+
+
+def window_for(ds: str, days: int) -> dict[str, list[str]]:
+    """What `wait_for_window` decides for a run whose earlier days are before the start date."""
+    from lakeprep_airflow.spec import window_dates
+
+    dates = window_dates(ds, days)
+    return {"days": dates, "complete": [ds], "failed": [], "missing": [], "before_start": dates[:-1]}
+
+
+def _operator(stage: str, lake_root: str, ds: str):
+    from lakeprep_airflow.operators.spark_stage import SparkStageOperator
+
+    return SparkStageOperator(
+        task_id=stage,
+        stage=stage,
+        spec_path=str(FLIGHTS_SPEC),
+        lake_root=lake_root,
+        run_ds=ds,
+        name=f"lakeprep-{stage}-bench",
+    )
+
+
+def stage_command(stage: str, lake_root: str, ds: str) -> tuple[list[str], str]:
+    """(spark-submit argv as the operator runs it, the stage's output URI)."""
+    from lakeprep_airflow.spec import load_spec
+
+    use_child_env()
+    op = _operator(stage, lake_root, ds)
+    days = load_spec(FLIGHTS_SPEC).data["window"]["days"]
+    window = window_for(ds, days) if stage in ("fit_transform", "export_shards") else None
+    _, output = op.prepare_submission(RUN_ID, window)
+    return op._get_hook()._build_spark_submit_command(op.application), output
+
+
+def _with_application(stage_cmd: list[str], script: Path, args: list[str], name: str) -> list[str]:
+    """The operator's command line for `validate`, running another application."""
+    cmd = list(stage_cmd)
+    at = next(i for i, part in enumerate(cmd) if part.endswith("lakeprep_jobs/validate.py"))
+    cmd = [*cmd[:at], str(script), *args]
+    if "--name" in cmd:
+        cmd[cmd.index("--name") + 1] = name
+    return cmd
+
+
+def floor_command(lake_root: str, ds: str, output: str) -> list[str]:
+    from lakeprep_airflow.spec import expand, load_spec
+    from lakeprep_jobs.validate import CSV_DEFAULTS
+
+    spec = load_spec(FLIGHTS_SPEC)
+    options = {**CSV_DEFAULTS, **spec.source.get("options", {})}
+    raw = expand(spec.source["uri"], lake_root=lake_root, ds=ds)
+    validate_cmd, _ = stage_command("validate", lake_root, ds)
+    args = ["--input", raw, "--output", output, "--options", json.dumps(options, sort_keys=True)]
+    return _with_application(validate_cmd, FLOOR_SCRIPT, args, "lakeprep-bench-floor")
+
+
+def empty_command(lake_root: str, ds: str) -> list[str]:
+    validate_cmd, _ = stage_command("validate", lake_root, ds)
+    return _with_application(validate_cmd, EMPTY_SCRIPT, [], "lakeprep-bench-empty")
+
+
+def _report(output_uri: str) -> dict[str, Any]:
+    path = Path(output_uri.removeprefix("file://")) / "_lakeprep_report.json"
+    return json.loads(path.read_text())
+
+
+def _with_event_log(cmd: list[str], folder: Path | None) -> list[str]:
+    return [cmd[0], *event_log.conf_args(folder), *cmd[1:]] if folder else cmd
+
+
+def run_stages(lake: Path, ds: str, logs: Path, events: Path | None = None) -> dict[str, Any]:
+    """One pass of the five stages, in order; per stage its time, memory and row counts.
+
+    With `events`, each submission also writes Spark's event log there (the `--passes` run).
+    """
+    lake_root = f"file://{lake}"
+    out: dict[str, Any] = {}
+    for stage in STAGES:
+        cmd, output = stage_command(stage, lake_root, ds)
+        folder = events / stage if events else None
+        m = run_child(_with_event_log(cmd, folder), env=child_env(), log=logs / f"{stage}.log", cwd=REPO)
+        report = _report(output)
+        out[stage] = {
+            **m.to_json(),
+            "rows_in": report.get("rows_in"),
+            "rows_out": report.get("rows_out"),
+            "rows_quarantined": report.get("rows_quarantined"),
+        }
+        if folder:
+            out[stage]["event_log"] = event_log.summarize(folder)
+    return out
+
+
+def run_floor(lake: Path, ds: str, logs: Path, events: Path | None = None) -> dict[str, Any]:
+    cmd = floor_command(f"file://{lake}", ds, f"file://{lake}/bench_floor/flights/dt={ds}")
+    folder = events / "floor" if events else None
+    out = run_child(_with_event_log(cmd, folder), env=child_env(), log=logs / "floor.log", cwd=REPO).to_json()
+    if folder:
+        out["event_log"] = event_log.summarize(folder)
+    return out
+
+
+def run_empty(lake: Path, ds: str, logs: Path) -> dict[str, Any]:
+    cmd = empty_command(f"file://{lake}", ds)
+    return run_child(cmd, env=child_env(), log=logs / "empty.log", cwd=REPO).to_json()
+
+
+def manifest_uri(lake: Path, ds: str) -> str:
+    return f"file://{lake}/export_shards/flights/dt={ds}/manifest.json"
