@@ -26,6 +26,7 @@ import yaml
 
 from lakeprep_contracts import knobs, layout
 
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ROLES = ("id", "label", "numeric", "categorical", "text", "timestamp", "ignored")
 FEATURE_ROLES = ("numeric", "categorical", "text")
 TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp")
@@ -511,7 +512,8 @@ def load_spec(path: str | os.PathLike[str]) -> DatasetSpec:
     """Read and validate one spec file. Raises SpecError naming the file and field."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # libyaml's C loader when present: the pure-Python one is ~10x slower at every parse.
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)  # noqa: S506 (a safe loader)
     except OSError as err:
         raise SpecError(f"{path}: cannot read dataset spec: {err}") from err
     except yaml.YAMLError as err:
