@@ -11,6 +11,7 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from lakeprep_airflow import report_app
+from lakeprep_airflow.trigger_guard import TriggerConfGuard
 
 
 class LakeprepPlugin(AirflowPlugin):
@@ -35,3 +36,12 @@ class LakeprepPlugin(AirflowPlugin):
         }
     ]
     # --- end run report -----------------------------------------------------------------
+
+    # --- trigger guard (docs/OPERATIONS.md#the-trigger-form) ------------------------------
+    # A trigger of a lakeprep DAG whose conf has a key that is not one of the DAG's params,
+    # or a value outside a param's range, gets HTTP 400 with a message naming the key and
+    # what is allowed, before the run is created (lakeprep_airflow.trigger_guard).
+    fastapi_root_middlewares = [
+        {"middleware": TriggerConfGuard, "args": [], "kwargs": {}, "name": "lakeprep trigger conf guard"}
+    ]
+    # --- end trigger guard --------------------------------------------------------------
