@@ -33,8 +33,13 @@ def run_validate(lake: str, **overrides: str) -> list[dict]:
         run_ds=DAY,
         overrides=overrides,
     )
-    with structlog.testing.capture_logs() as events:
-        op.execute({"run_id": "task-logs"})
+    # Local mode, whatever connection an earlier fixture exported (the loopback cluster's
+    # master adds org.apache.spark.deploy's INFO lines, which the provider reads for the
+    # application id and the log4j2 file keeps on purpose).
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
+        with structlog.testing.capture_logs() as events:
+            op.execute({"run_id": "task-logs"})
     return events
 
 
