@@ -197,7 +197,7 @@ def trained(tmp_path_factory):
 def test_the_trainer_copies_the_transform_beside_the_model(trained):
     copied = (trained["model"] / "transform.json").read_bytes()
     assert copied == (trained["root"] / "fit_transform" / "transform.json").read_bytes()
-    assert not list(trained["model"].glob("*.partial"))
+    assert not list(trained["model"].glob("*.partial*"))
 
 
 def test_predict_gives_the_trainers_own_evaluation_outputs(trained, tmp_path, capsys):

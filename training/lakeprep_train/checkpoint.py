@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from lakeprep_train import storage
+
 log = logging.getLogger("lakeprep_train")
 
 CHECKPOINT = "checkpoint.pt"
@@ -54,31 +56,17 @@ class Position:
     global_step: int
 
 
-def _write_atomically(path: str, write: Any) -> None:
-    folder, name = os.path.split(path)
-    partial = os.path.join(folder, f".{name}.partial-{os.getpid()}")
-    try:
-        with open(partial, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
-
-
 def save(folder: str, state: Mapping[str, Any]) -> None:
     """Write ``state`` (with ``identity``, ``world_size`` and ``position``) as the folder's checkpoint."""
     os.makedirs(folder, exist_ok=True)
-    _write_atomically(os.path.join(folder, CHECKPOINT), lambda f: torch.save(dict(state), f))
+    storage.write_atomically(os.path.join(folder, CHECKPOINT), lambda f: torch.save(dict(state), f))
     summary = {
         "format": FORMAT,
         "identity": state["identity"],
         "world_size": state["world_size"],
         "position": asdict(state["position"]),
     }
-    _write_atomically(
+    storage.write_atomically(
         os.path.join(folder, POSITION), lambda f: f.write(json.dumps(summary, indent=2).encode() + b"\n")
     )
 

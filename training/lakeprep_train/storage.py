@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow.fs as pafs
@@ -55,3 +56,22 @@ def join(folder: str, relative: str) -> str:
         return os.path.join(folder, *relative.split("/"))
     parts = urlsplit(folder)
     return urlunsplit(parts._replace(path=posixpath.join(parts.path, relative)))
+
+
+def write_atomically(path: str, write: Callable[[BinaryIO], object]) -> None:
+    """Write a local file so that readers see the old one or the whole new one.
+
+    ``write`` gets a binary file: a hidden partial sibling, flushed and fsynced, then
+    renamed onto ``path`` (and removed if ``write`` raises).
+    """
+    folder, name = os.path.split(path)
+    partial = os.path.join(folder, f".{name}.partial-{os.getpid()}")
+    try:
+        with open(partial, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)

@@ -144,19 +144,8 @@ def read_transform(manifest: Manifest) -> bytes | None:
     return data
 
 
-def _write_atomically(path: str, write: Any) -> None:
-    partial = f"{path}.partial"
-    write(partial)
-    os.replace(partial, path)
-
-
 def _write_json(path: str, value: Any) -> None:
-    def write(target: str) -> None:
-        with open(target, "w") as f:
-            json.dump(value, f, indent=2, sort_keys=False)
-            f.write("\n")
-
-    _write_atomically(path, write)
+    storage.write_atomically(path, lambda f: f.write(json.dumps(value, indent=2).encode() + b"\n"))
 
 
 @dataclass(frozen=True)
@@ -503,15 +492,10 @@ def fit(
         "hidden": list(HIDDEN),
         "manifest": manifest.location,
     }
-    _write_atomically(os.path.join(args.output, "model.pt"), lambda target: torch.save(saved_model, target))
+    storage.write_atomically(os.path.join(args.output, "model.pt"), lambda f: torch.save(saved_model, f))
     written = "metrics.json, model.pt, telemetry.json"
     if transform is not None:
-
-        def write_transform(target: str) -> None:
-            with open(target, "wb") as f:
-                f.write(transform)
-
-        _write_atomically(os.path.join(args.output, TRANSFORM_FILE), write_transform)
+        storage.write_atomically(os.path.join(args.output, TRANSFORM_FILE), lambda f: f.write(transform))
         written += f", {TRANSFORM_FILE}"
     log.info(
         "wrote %s to %s; run is %s: %s. %s",
