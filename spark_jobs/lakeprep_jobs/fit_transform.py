@@ -9,19 +9,27 @@ window's sampled days whose `split` is `train` (validation and test rows never e
 statistic), and written as `transform.json` (docs/TRANSFORM.md) plus a Spark
 `PipelineModel` built from it. `export_shards` then applies it unchanged to every split.
 
-Passes over the cached train rows: one aggregate for imputation fills and clipping
-quantiles, one for the scaling statistics of the imputed and clipped values, and one
-grouped count for all vocabularies together (categorical values and text tokens as
+Passes over the cached train rows: the exact counts and means of the raw values
+(imputation fills), an aggregate for the quantiles (median fills, clipping), the exact
+means and standard deviations of the imputed and clipped values (`standard` scaling)
+and an aggregate for `minmax`/`robust`, and one grouped count for all vocabularies together (categorical values and text tokens as
 `(feature, value)` pairs, ranked per feature in Spark so only the kept entries reach the
 driver). Vocabulary order is count descending, then value: ties never depend on
 partitioning. Spark ML's StringIndexer/CountVectorizer are not used because neither
 has both a frequency cutoff and a size cap with a defined tie order.
 
 Then selection and PCA (docs/TRANSFORM.md, "Selection and PCA"), on the train rows
-encoded by the document's own SQL, cached once: a `Summarizer` pass (mean, variance,
-non-zeros), `VarianceThresholdSelector`, per feature type the selector's test (for the
+encoded by the document's own SQL, cached once: an exact summary pass (mean, variance,
+min, max, non-zeros), `VarianceThresholdSelector`'s rule on that variance, per feature type the selector's test (for the
 scores) and `UnivariateFeatureSelector` (for the decision), and `PCA`. Each is skipped
 when its knob is off; with the defaults only the variance threshold runs.
+
+Means, variances and standard deviations are exact sums rounded once
+(`exact_sums.py`), so the document does not change in its last bits when the same rows
+arrive in another order (a backfill's parallel runs, a rerun). Not so yet: the
+quantiles (`percentile_approx` merges per-partition sketches, which is exact only while
+a column has fewer than about 5,000 values), the univariate tests' statistics and PCA's components (Spark ML
+adds doubles in arrival order) can differ in their last bits (docs/MANIFEST.md).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from lakeprep_contracts import layout
 from lakeprep_contracts.text import TOKENIZER
 from lakeprep_jobs import common
+from lakeprep_jobs.exact_sums import exact_moments
 from lakeprep_jobs.transform import pipeline_model
 
 if TYPE_CHECKING:
@@ -178,24 +187,25 @@ def fit_numeric(
     def value(c: str):
         return F.nanvl(F.col(c).cast("double"), F.lit(None).cast("double"))
 
-    first = []
-    for col in columns:
-        c = col["name"]
-        first.append(F.count(value(c)).alias(f"n__{c}"))
-        first.append(F.mean(value(c)).alias(f"mean__{c}"))
-        probs = [0.5, *(col["clip_quantiles"] or [])]
-        first.append(F.percentile_approx(value(c), probs, QUANTILE_ACCURACY).alias(f"q__{c}"))
-    stats = train.agg(*first).collect()[0].asDict()
+    # Counts and means exact (the same bits whatever the row order: exact_sums.py);
+    # the quantiles in a second job, only for the columns that use them.
+    raw = exact_moments(train, {col["name"]: value(col["name"]) for col in columns})
+    first = [
+        F.percentile_approx(value(c), [0.5, *(col["clip_quantiles"] or [])], QUANTILE_ACCURACY).alias(c)
+        for col in columns
+        if (c := col["name"]) and (col["impute"] != "mean" or col["clip_quantiles"])
+    ]
+    quantiles = train.agg(*first).collect()[0].asDict() if first else {}
 
     fitted, dropped, constant = [], [], []
     prepared = []  # (col, fill, clip) of the columns that have values
     for col in columns:
         c = col["name"]
-        if not stats[f"n__{c}"]:
+        if not raw[c].count:
             dropped.append({"name": c, "reason": f"no values on the window's train split ({rows} rows)"})
             continue
-        q = stats[f"q__{c}"]
-        fill = _finite(stats[f"mean__{c}"] if col["impute"] == "mean" else q[0], f"{col['impute']} of {c}")
+        q = quantiles.get(c)
+        fill = _finite(raw[c].mean if col["impute"] == "mean" else q[0], f"{col['impute']} of {c}")
         clip = None
         if col["clip_quantiles"]:
             lower = _finite(q[1], f"quantile {col['clip_quantiles'][0]} of {c}")
@@ -209,17 +219,19 @@ def fit_numeric(
             x = F.least(F.greatest(x, F.lit(clip["lower"])), F.lit(clip["upper"]))
         return x
 
-    second = []
+    second, standard = [], {}
     for col, fill, clip in prepared:
         c, x = col["name"], imputed(col["name"], fill, clip)
         if col["scaling"] == "standard":
-            second += [F.mean(x).alias(f"center__{c}"), F.stddev_samp(x).alias(f"spread__{c}")]
+            standard[c] = x
         elif col["scaling"] == "minmax":
             second += [F.min(x).alias(f"center__{c}"), (F.max(x) - F.min(x)).alias(f"spread__{c}")]
         elif col["scaling"] == "robust":
             q = F.percentile_approx(x, [0.25, 0.5, 0.75], QUANTILE_ACCURACY)
             second += [q[1].alias(f"center__{c}"), (q[2] - q[0]).alias(f"spread__{c}")]
     scaled = train.agg(*second).collect()[0].asDict() if second else {}
+    for c, m in exact_moments(train, standard).items():
+        scaled[f"center__{c}"], scaled[f"spread__{c}"] = m.mean, m.stddev
 
     for col, fill, clip in prepared:
         c = col["name"]
@@ -427,24 +439,35 @@ def _assembled(df: DataFrame, columns: list[str], out: str = "features") -> Data
     return VectorAssembler(inputCols=columns, outputCol=out).transform(df)
 
 
-def numeric_summary(vectors: DataFrame, column: str) -> dict[str, list[float]]:
-    """Per encoded numeric: mean, sample variance, min, max, non-zeros (one `Summarizer` pass)."""
-    from pyspark.ml.stat import Summarizer
+def numeric_summary(encoded: DataFrame, count: int) -> dict[str, list[float]]:
+    """Per encoded numeric `n0..n<count-1>`: mean, sample variance, min, max, non-zeros.
+
+    `Summarizer`'s metrics, exact (one pass, exact_sums.py): the variance a threshold is
+    compared with, and the mean PCA centres by, do not change with the row order.
+    """
     from pyspark.sql import functions as F
 
-    metrics = ("mean", "variance", "min", "max", "numNonZeros")
-    row = vectors.select(Summarizer.metrics(*metrics).summary(F.col(column)).alias("s")).first()["s"]
-    return {m: [float(v) for v in row[m].toArray()] for m in metrics}
+    moments = exact_moments(encoded, {f"n{i}": F.col(f"n{i}") for i in range(count)})
+    ordered = [moments[f"n{i}"] for i in range(count)]
+    return {
+        "mean": [m.mean for m in ordered],
+        "variance": [0.0 if m.variance is None else m.variance for m in ordered],
+        "min": [m.minimum for m in ordered],
+        "max": [m.maximum for m in ordered],
+        "numNonZeros": [float(m.non_zeros) for m in ordered],
+    }
 
 
 def variance_threshold(
-    vectors: DataFrame, numeric: list[dict], summary: dict[str, list[float]], threshold: float
+    numeric: list[dict], summary: dict[str, list[float]], threshold: float
 ) -> tuple[dict[str, Any], list[int]]:
-    """`VarianceThresholdSelector` over the encoded numerics: (the section, kept positions)."""
-    from pyspark.ml.feature import VarianceThresholdSelector
+    """`VarianceThresholdSelector`'s rule over the encoded numerics: (the section, kept positions).
 
-    model = VarianceThresholdSelector(featuresCol="numerics", varianceThreshold=float(threshold)).fit(vectors)
-    kept = sorted(int(i) for i in model.selectedFeatures)
+    A feature is kept when its sample variance is above the threshold, as Spark's
+    selector keeps it; the variance is the summary's exact one, so the choice and the
+    score reported are the same number and do not change with the row order.
+    """
+    kept = [i for i, variance in enumerate(summary["variance"]) if variance > threshold]
     scores = []
     for i, entry in enumerate(numeric):
         variance = summary["variance"][i]
@@ -691,18 +714,12 @@ def select_and_project(
     # Categorical ids are only needed by the univariate tests.
     encoded = encoded_train(train, numeric, categorical if univariate_on else []).cache()
     try:
-        summary: dict[str, list[float]] = {}
-        vectors = None
-        if numeric:
-            vectors = _assembled(encoded, [f"n{i}" for i in range(len(numeric))], "numerics")
-            summary = numeric_summary(vectors, "numerics")
+        summary = numeric_summary(encoded, len(numeric)) if numeric else {}
         selection: dict[str, Any] = {"variance_threshold": None, "univariate": None}
         warnings: list[str] = []
         positions = list(range(len(numeric)))
         if variance_on:
-            selection["variance_threshold"], positions = variance_threshold(
-                vectors, numeric, summary, p.min_variance
-            )
+            selection["variance_threshold"], positions = variance_threshold(numeric, summary, p.min_variance)
         kept_outputs = {numeric[i]["output"] for i in positions} | {e["output"] for e in categorical}
         if univariate_on:
             selection["univariate"], kept_outputs, found = univariate_selection(
