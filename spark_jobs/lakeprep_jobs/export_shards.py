@@ -29,6 +29,11 @@ docs/MANIFEST.md for the format and the guarantees:
   one), so a trainer on 1, 2, 3, 4, 6 or 12 ranks reads whole shards, one rank per file.
 - One Parquet file per shard (zstd), row counts verified by reading the footers back,
   sha256 computed on the executors (`binaryFile` source), then the manifest last.
+- Reproducible bytes: the same rows give the same shard files in every run. Spark's
+  Parquet writer lists a column's encodings in a per-JVM order; each shard gets a
+  canonical footer (`lakeprep_jobs.parquet_footer`). A source partition's fingerprint
+  is a digest of its content (schema, rows, an order-free sum of row hashes), not of
+  Spark's random part-file names (`fingerprint_partitions`).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
-from lakeprep_jobs import balance, common
+from lakeprep_jobs import balance, common, parquet_footer
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -255,22 +260,57 @@ def check_finite(encoded: DataFrame, transform: dict[str, Any], where: str) -> N
         )
 
 
+def fingerprint_partitions(spark: SparkSession, inputs: list[str]) -> list[str]:
+    """A content digest per partition: the same rows give the same fingerprint, whatever files hold them.
+
+    sha256 of the partition's schema (JSON), its row count and the sum of a 64-bit hash of
+    every row (`xxhash64` over all columns, summed as a decimal so nothing overflows and
+    duplicate rows still count). A sum does not depend on the order of rows or on how
+    they are split into files, so Spark's random part-file names and its per-JVM Parquet
+    footers (see `lakeprep_jobs.parquet_footer`) do not change it; one aggregate per
+    partition, all in one job, over data the export reads anyway.
+    """
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    frames = [spark.read.parquet(uri) for uri in inputs]
+    per_partition = [
+        df.agg(
+            F.lit(i).alias("i"),
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)")).alias("hash_sum"),
+        )
+        for i, df in enumerate(frames)
+    ]
+    found = {int(r["i"]): r for r in reduce(lambda a, b: a.unionByName(b), per_partition).collect()}
+    out = []
+    for i, df in enumerate(frames):
+        row = found[i]
+        content = {
+            "schema": json.loads(df.schema.json()),
+            "rows": int(row["rows"]),
+            "row_hash_sum": str(row["hash_sum"] or 0),
+        }
+        out.append(hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest())
+    return out
+
+
 def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[dict[str, Any]]]:
     """Union the window's sampled partitions; record each source (rows, bytes, fingerprint)."""
     missing = [u for u in inputs if not common.exists(spark, layout.join(u, layout.SUCCESS))]
     if missing:
         raise FileNotFoundError(f"export needs complete sampled partitions (with _SUCCESS): {missing}")
     sources = []
-    for uri in inputs:
+    for uri, fingerprint in zip(inputs, fingerprint_partitions(spark, inputs), strict=True):
         files = common.list_files(spark, uri)
-        data = [(f.rsplit("/", 1)[-1], n) for f, n in files if f.endswith(".parquet")]
         report = common.read_report(spark, uri)
         sources.append(
             {
                 "uri": uri,
                 "rows": report["rows_out"],
-                "fingerprint": hashlib.sha256(json.dumps(data).encode()).hexdigest(),
-                "bytes": sum(n for _, n in data),
+                "fingerprint": fingerprint,
+                "bytes": sum(n for f, n in files if f.endswith(".parquet")),
             }
         )
     return spark.read.parquet(*inputs), sources
@@ -314,7 +354,8 @@ def write_split(
         if len(files) != 1:
             raise RuntimeError(f"shard {shard} of split {split}: expected one file, found {len(files)}")
         rel = f"shards/{split}/shard-{shard:05d}.parquet"
-        common.rename(spark, files[0], f"{staging}/{rel}")
+        # Renamed with a canonical footer: the same rows give the same bytes in every JVM.
+        parquet_footer.commit_shard(spark, files[0], f"{staging}/{rel}")
         entries.append({"path": rel, "rank": shard % p.world_size})
     common.delete(spark, tmp)
 

@@ -1,16 +1,20 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
 import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lakeprep_jobs import common, export_shards, fit_transform
+from lakeprep_jobs import common, export_shards, fit_transform, parquet_footer
 from lakeprep_jobs.export_shards import SplitPlan
 from lakeprep_train.manifest import load_manifest, verify_shards
 from tests.spark_jobs.window_data import DAY_3, day_rows, export_params, fit_params, land_day
@@ -384,3 +388,114 @@ def test_sampling_report_counts_every_step_and_reweight_sets_the_class_weights(s
     assert sampling["synthetic"]["validation"] == {"0": 0, "1": 0}
     assert sampling["class_weights"] == manifest["class_weights"]
     assert report["rows_undersampled"] == report["rows_oversampled"] == report["rows_synthetic"] == 0
+
+
+# ------------------------------------------------------------------ reproducible bytes
+
+
+def _reversed_encodings(data: bytes) -> bytes:
+    """The file as another JVM may write it: every column chunk's encodings in reverse order."""
+    offset, footer = parquet_footer.split_file(data, len(data))
+    meta, _, _ = parquet_footer._read(footer, 0, parquet_footer._STRUCT)
+    out = bytearray(footer)
+    for row_group, _, _ in meta[4][1]:
+        for chunk, _, _ in row_group[1][1]:
+            items = chunk[3][1][2][1]
+            parquet_footer._sort_elements(out, items, key=lambda item: -item[0])
+    return data[:offset] + bytes(out) + data[offset + len(footer) :]
+
+
+def test_canonical_footer_ignores_the_order_the_writer_listed_encodings_in(spark, tmp_path):
+    inputs = window(spark, tmp_path)
+    out_dir, _ = export(spark, tmp_path, inputs)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    shard = out_dir / manifest["splits"]["train"]["shards"][0]["path"]
+    written = shard.read_bytes()
+
+    permuted = _reversed_encodings(written)
+    other = tmp_path / "permuted.parquet"
+    other.write_bytes(permuted)
+    assert permuted != written and len(permuted) == len(written)
+    assert pq.read_table(other).equals(pq.read_table(shard))  # the same file to a reader
+    encodings = [pq.read_metadata(shard).row_group(0).column(i).encodings for i in range(6)]
+    assert any(len(e) > 1 for e in encodings)
+    # What the export wrote is the canonical form: sorted encodings, as any JVM would get.
+    assert parquet_footer.canonical_file(permuted) == written
+    assert parquet_footer.canonical_file(written) == written
+    # Committing a shard rewrites a non-canonical footer (the pages copied in the JVM) ...
+    moved = tmp_path / "committed" / "shard.parquet"
+    assert parquet_footer.commit_shard(spark, f"file://{other}", f"file://{moved}") is True
+    assert moved.read_bytes() == written and not other.exists()
+    # ... and only renames a canonical one.
+    assert parquet_footer.commit_shard(spark, f"file://{moved}", f"file://{other}") is False
+    assert other.read_bytes() == written and not moved.exists()
+    with pytest.raises(parquet_footer.FooterError, match="not a Parquet file"):
+        parquet_footer.canonical_file(b"not parquet at all")
+
+
+def test_a_rerun_in_another_jvm_writes_byte_identical_shards_and_fingerprints(spark, tmp_path):
+    """The same rows, landed twice (new part-file names), exported by two JVMs: same bytes."""
+    lake_a, lake_b = tmp_path / "a", tmp_path / "b"
+    days = [("2013-01-02", day_rows("2013-01-02", 40, 12, 12)), (DAY_3, day_rows(DAY_3, 30, 12, 12))]
+    inputs_a = [land_day(spark, lake_a, d, rows) for d, rows in days]
+    inputs_b = [land_day(spark, lake_b, d, rows) for d, rows in days]
+    names = {p.name for p in lake_a.glob("sample/*/*.parquet")}
+    assert names and not names & {p.name for p in lake_b.glob("sample/*/*.parquet")}
+    transform_uri = fitted(spark, lake_a, inputs_a)
+    p = export_params(transform_uri)
+
+    out_a = lake_a / "export_shards" / f"dt={DAY_3}"
+    export_shards.run(spark, inputs_a, f"file://{out_a}", p)
+    out_b = lake_b / "export_shards" / f"dt={DAY_3}"
+    argv = ["--output", f"file://{out_b}", "--params", json.dumps(dataclasses.asdict(p))]
+    for uri in inputs_b:
+        argv += ["--input", uri]
+    env = {
+        **os.environ,
+        "PYSPARK_SUBMIT_ARGS": "--master local[2] --conf spark.sql.shuffle.partitions=2 "
+        "--conf spark.ui.enabled=false --conf spark.sql.session.timeZone=UTC pyspark-shell",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "lakeprep_jobs.export_shards", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    a = json.loads((out_a / "manifest.json").read_text())
+    b = json.loads((out_b / "manifest.json").read_text())
+    shards = {
+        m: [(s["path"], s["sha256"]) for v in x["splits"].values() for s in v["shards"]]
+        for m, x in ((0, a), (1, b))
+    }
+    assert len(shards[0]) >= 6 and shards[0] == shards[1]
+    fingerprints = [[s["fingerprint"] for s in x["source_partitions"]] for x in (a, b)]
+    assert fingerprints[0] == fingerprints[1] and len(set(fingerprints[0])) == 2
+    # Apart from where the lake is, the manifests are equal.
+    for x in (a, b):
+        for s in x["source_partitions"]:
+            s["uri"] = s["uri"].rsplit("/", 1)[-1]
+    assert a == b
+    for rel in [s for s, _ in shards[0]]:
+        assert (out_a / rel).read_bytes() == (out_b / rel).read_bytes()
+
+
+def test_a_fingerprint_follows_the_rows_not_the_files(spark, tmp_path):
+    rows = day_rows(DAY_3, 6, 2, 2)
+    (one,) = export_shards.fingerprint_partitions(spark, [land_day(spark, tmp_path / "a", DAY_3, rows)])
+    # The same rows in another order and another number of files.
+    part = tmp_path / "b" / "sample" / f"dt={DAY_3}"
+    spark.createDataFrame(
+        rows[::-1], "id string, label int, x double, c string, t array<string>, split string"
+    ).repartition(3).write.parquet(f"file://{part}")
+    (same,) = export_shards.fingerprint_partitions(spark, [f"file://{part}"])
+    changed = [rows[0][:2] + (rows[0][2] + 1,) + rows[0][3:], *rows[1:]]
+    (other,) = export_shards.fingerprint_partitions(spark, [land_day(spark, tmp_path / "c", DAY_3, changed)])
+    duplicated = [*rows, rows[0]]
+    (more,) = export_shards.fingerprint_partitions(
+        spark, [land_day(spark, tmp_path / "d", DAY_3, duplicated)]
+    )
+    assert one == same
+    assert len({one, other, more}) == 3
