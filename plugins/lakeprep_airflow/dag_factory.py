@@ -39,6 +39,7 @@ from lakeprep_airflow.retrain import (
 from lakeprep_airflow.sensors.partition import PartitionSensor
 from lakeprep_airflow.sensors.window import WindowSensor
 from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, DatasetSpec, expand
+from lakeprep_airflow.trigger_guard import refuse_unusable_conf
 from lakeprep_contracts import knobs
 
 TASKS = (
@@ -126,6 +127,8 @@ def build_dag(spec: DatasetSpec) -> DAG:
     ) as dag:
         wait = PartitionSensor(
             task_id="wait_for_partition",
+            # Runs the CLI created (`airflow dags trigger --conf`) bypass the api-server's guard.
+            pre_execute=refuse_unusable_conf,
             uri=expand(source["uri"], lake_root=LAKE_ROOT_TEMPLATE, ds=RUN_DS_TEMPLATE),
             min_files=source.get("min_files", 1),
             min_bytes=source.get("min_bytes", 0),
@@ -213,6 +216,7 @@ def build_train_dag(spec: DatasetSpec) -> DAG:
     ) as dag:
         RetrainHandoffOperator(
             task_id="gpu_training_handoff",
+            pre_execute=refuse_unusable_conf,
             spec_path=str(spec.path),
             run_ds=TRAIN_RUN_DS_TEMPLATE,
             overrides=override_templates(TRAIN_FORM_SECTION),

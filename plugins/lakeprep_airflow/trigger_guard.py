@@ -16,8 +16,12 @@ key and what is allowed. Everything else passes through untouched, and so does a
 that is not authenticated or not allowed to trigger the DAG: Airflow's own route answers
 it (401/403), so the guard tells nothing to a caller who may not trigger.
 
-Not covered: `airflow dags trigger` (the CLI writes to the database directly, without the
-api-server; Airflow's own param validation still applies to values there).
+`airflow dags trigger --conf` writes the run to the database without the api-server, so
+the middleware never sees it. For those runs (and any other path that bypasses the API)
+`refuse_unusable_conf` is the first task's `pre_execute` hook (dag_factory): the same
+check on the run's conf against the DAG's params, failing the task without retries and
+before any job starts, so nothing downstream runs. A value outside a param's schema
+fails earlier still, when Airflow's task runner validates the params (its own message).
 """
 
 from __future__ import annotations
@@ -201,3 +205,22 @@ def _lakeprep_param_schemas(app: Any, dag_id: str) -> dict[str, Mapping[str, Any
     if dag is None or LAKEPREP_TAG not in dag.tags:
         return None  # unknown DAG: the route answers 404
     return {name: dag.params.get_param(name).schema for name in dag.params}
+
+
+def refuse_unusable_conf(context: Any) -> None:
+    """`pre_execute` hook: fail the task when the run's conf is one the guard would refuse.
+
+    The run's conf is checked against the params the DAG declares (`context["dag"].params`:
+    Airflow merges the conf into a copy for `context["params"]`, so an unknown key is
+    there as an extra param with no schema, never in the DAG's own).
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag, run = context["dag"], context["dag_run"]
+    schemas = {name: dag.params.get_param(name).schema for name in dag.params}
+    refusal = conf_refusal(dag.dag_id, run.conf, schemas)
+    if refusal:
+        raise AirflowFailException(
+            f"run {run.run_id} of {dag.dag_id} was created with a conf its trigger form does not "
+            f"allow, so nothing of it runs: {refusal}"
+        )

@@ -200,12 +200,21 @@ def test_the_export_event_carries_the_partition_and_a_retrain_reuses_it(day_run,
     assert "spark-submit" not in result.stdout + result.stderr
 
 
-def test_invalid_trigger_conf_is_refused(airflow_db, demo_lake):
-    result = airflow(
-        "dags", "test", "lakeprep_flights", DAY, "-c", '{"sample_fraction": 5}', lake=demo_lake, timeout=300
-    )
+@pytest.mark.parametrize(
+    ("conf", "expected"),
+    [
+        # Airflow's task runner validates the params against their schemas first.
+        ('{"sample_fraction": 5}', "sample_fraction"),
+        # An unknown key passes Airflow's check; the first task's pre_execute hook refuses it.
+        ('{"sample_fracton": 0.3}', "unknown trigger parameter 'sample_fracton' (did you mean 'sample_fraction'?)"),
+    ],
+)
+def test_invalid_trigger_conf_is_refused_before_any_job(airflow_db, demo_lake, conf, expected):
+    result = airflow("dags", "test", "lakeprep_flights", DAY, "-c", conf, lake=demo_lake, timeout=300)
+    out = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "sample_fraction" in result.stdout + result.stderr
+    assert expected in out
+    assert "spark-submit" not in out
 
 
 def test_run_summary_shows_the_day(day_run):

@@ -162,3 +162,23 @@ def test_the_middleware_checks_a_backfills_run_conf_too(monkeypatch, flights_par
         == 200
     )
     assert [r["dag_run_conf"] for r in reached] == [{"seed": 3}, {"x": 1}]
+
+
+@pytest.mark.parametrize("builder", [build_dag, build_train_dag])
+def test_the_first_task_refuses_a_conf_that_bypassed_the_api_server(builder):
+    """`airflow dags trigger --conf` writes the run without the guard: its first task refuses it."""
+    from types import SimpleNamespace
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    dag = builder(load_spec(REPO / "pipelines" / "flights.yaml"))
+    first = [t for t in dag.tasks if not t.upstream_list]
+    assert len(first) == 1 and first[0]._pre_execute_hook is trigger_guard.refuse_unusable_conf
+
+    def context(conf):
+        return {"dag": dag, "dag_run": SimpleNamespace(run_id="manual__x", conf=conf)}
+
+    trigger_guard.refuse_unusable_conf(context({"epochs": 2}))
+    trigger_guard.refuse_unusable_conf(context(None))
+    with pytest.raises(AirflowFailException, match=r"manual__x .*unknown trigger parameter 'epoch' \(did you mean 'epochs'\?\)"):
+        trigger_guard.refuse_unusable_conf(context({"epoch": 2}))
