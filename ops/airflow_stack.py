@@ -25,8 +25,9 @@ are not started: Airflow's ``serve-logs`` binds every interface and has no host 
 log files directly, so scheduler and triggerer run with ``--skip-serve-logs``.
 
 The lake root is ``--lake``, else ``$AIRFLOW_VAR_LAKEPREP_LAKE_ROOT``, else
-``file://<repo>/.lake``; the Spark connection ``$AIRFLOW_CONN_SPARK_DEFAULT``, else
-``local[2]``. Both are fixed at ``up`` while the stack runs.
+``file://<repo>/.lake``; the specs ``$LAKEPREP_PIPELINES_DIR``, else ``<repo>/pipelines``;
+the Spark connection ``$AIRFLOW_CONN_SPARK_DEFAULT``, else
+``local[2]``. All three are fixed at ``up`` while the stack runs.
 
 Everything lives in one state dir, ``<repo>/.stack`` unless ``LAKEPREP_STACK_DIR`` says
 otherwise: ``stack.json`` (ports, lake root, generated secrets and the login; mode 0600),
@@ -146,6 +147,8 @@ class Settings:
     fernet_key: str
     jwt_secret: str
     api_secret_key: str
+    # Where the DAG file finds the dataset specs (LAKEPREP_PIPELINES_DIR); None: <repo>/pipelines.
+    pipelines_dir: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -219,8 +222,9 @@ def _new_settings(
     lake_root: str | None,
     spark_conn: str | None,
     username: str | None,
+    pipelines_dir: str | None = None,
 ) -> Settings:
-    """Ports, lake and Spark from the arguments or the environment; secrets kept across ups."""
+    """Ports, lake, Spark and specs from the arguments or the environment; secrets kept across ups."""
     token = secrets.token_urlsafe
     return Settings(
         ports=ports or Ports.from_env(),
@@ -233,6 +237,7 @@ def _new_settings(
         fernet_key=previous.fernet_key if previous else base64.urlsafe_b64encode(os.urandom(32)).decode(),
         jwt_secret=previous.jwt_secret if previous else token(32),
         api_secret_key=previous.api_secret_key if previous else token(32),
+        pipelines_dir=pipelines_dir or os.environ.get("LAKEPREP_PIPELINES_DIR") or None,
     )
 
 
@@ -306,7 +311,9 @@ def write_configs(stack: Stack, settings: Settings) -> None:
 
 def project_env(stack: Stack, settings: Settings) -> dict[str, str]:
     """What the Makefile exports for lakeprep, pointed at this stack (no secrets)."""
+    specs = {"LAKEPREP_PIPELINES_DIR": settings.pipelines_dir} if settings.pipelines_dir else {}
     return {
+        **specs,
         "AIRFLOW_HOME": str(stack.airflow_home),
         "AIRFLOW_CONFIG": str(stack.airflow_home / "airflow.cfg"),
         "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": settings.lake_root,
@@ -808,6 +815,7 @@ def up(
     ports: Ports | None = None,
     spark_conn: str | None = None,
     username: str | None = None,
+    pipelines_dir: str | os.PathLike[str] | None = None,
 ) -> dict:
     """Start whatever is not running yet and wait until every component reports healthy.
 
@@ -821,15 +829,19 @@ def up(
     running = [service.name for service in SERVICES if running_pid(stack, service) is not None]
     if postgres_running(stack):
         running.insert(0, "postgres")
-    wanted = _new_settings(previous, ports, lake_root, spark_conn, username)
+    specs = str(Path(pipelines_dir).resolve()) if pipelines_dir else None
+    wanted = _new_settings(previous, ports, lake_root, spark_conn, username, specs)
     if running and previous is not None:
-        kept = (previous.ports, previous.lake_root, previous.spark_conn, previous.username)
-        if kept != (wanted.ports, wanted.lake_root, wanted.spark_conn, wanted.username):
+        def fixed(s: Settings) -> tuple:
+            return (s.ports, s.lake_root, s.spark_conn, s.username, s.pipelines_dir)
+
+        if fixed(previous) != fixed(wanted):
             raise StackError(
                 f"the stack in {stack.state_dir} is running ({', '.join(running)}) with lake "
-                f"{previous.lake_root}, ports {previous.ports}, Spark {previous.spark_conn}; "
-                f"run `down` before starting it with lake {wanted.lake_root}, ports {wanted.ports}, "
-                f"Spark {wanted.spark_conn}"
+                f"{previous.lake_root}, ports {previous.ports}, Spark {previous.spark_conn}, specs "
+                f"{previous.pipelines_dir or 'pipelines/'}; run `down` before starting it with lake "
+                f"{wanted.lake_root}, ports {wanted.ports}, Spark {wanted.spark_conn}, specs "
+                f"{wanted.pipelines_dir or 'pipelines/'}"
             )
         wanted = previous
     settings = wanted

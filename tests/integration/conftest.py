@@ -61,6 +61,27 @@ def _load_airflow_stack_module() -> ModuleType:
 airflow_stack_module = _load_airflow_stack_module()
 
 
+# A copy of the flights spec that the stack's scheduler catches up on by itself
+# (test_schedule.py): its own name (DAG `lakeprep_flights_catchup`, lake folders
+# `<stage>/flights_catchup/`), the same raw and reference data, two days with catchup on.
+CATCHUP_SPEC = "flights_catchup"
+CATCHUP_DAYS = ("2013-03-01", "2013-03-02")
+
+
+def _stack_pipelines(folder: Path) -> Path:
+    """The stack's specs: the project's own, plus the catch-up copy of flights."""
+    import shutil
+
+    import yaml
+
+    for spec in sorted((REPO / "pipelines").glob("*.yaml")):
+        shutil.copy(spec, folder / spec.name)
+    data = yaml.safe_load((REPO / "pipelines" / "flights.yaml").read_text())
+    data.update(name=CATCHUP_SPEC, start_date=CATCHUP_DAYS[0], end_date=CATCHUP_DAYS[-1], catchup=True)
+    (folder / f"{CATCHUP_SPEC}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return folder
+
+
 @pytest.fixture(scope="session")
 def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """The real Airflow services on PostgreSQL (ops/airflow_stack.py), for this run only.
@@ -68,7 +89,9 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     A stack of its own, in a fresh state dir on free ports, with its lake under pytest's
     tmp dir: a developer's stack in .stack/ keeps running untouched (its lake root is fixed
     while it runs, so it could not be reused for a test lake). Spark runs local, whatever
-    another fixture exported. Stopped at the end; the service and task logs are copied
+    another fixture exported. Its specs are the project's plus `CATCHUP_SPEC` (new DAGs
+    start paused: only the test that unpauses it runs it). Stopped at the end; the
+    service and task logs are copied
     to ``<tmp>/airflow-stack-logs`` first. Startup errors fail the tests: nothing skips.
     """
     import shutil
@@ -83,6 +106,7 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             lake_root=f"file://{lake}",
             ports=airflow_stack_module.Ports.free(),
             spark_conn='{"conn_type": "spark", "host": "local[2]"}',
+            pipelines_dir=_stack_pipelines(tmp_path_factory.mktemp("stack-pipelines")),
         )
         started["client"] = airflow_stack_module.AirflowClient(
             started["base_url"], started["username"], started["password"]
