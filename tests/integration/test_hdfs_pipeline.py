@@ -199,6 +199,47 @@ def test_namenode_down_fails_clearly_and_leaves_nothing_half_written(hdfs_spark_
     staging = path_of(output.rsplit("/", 1)[0] + "/_staging")
     assert not hdfs_fs().exists(staging) or hdfs_fs().list_dir(staging) == []
 
+    # The retry, once the NameNode is back: the stage completes its partition.
+    retry = _submit_validate(hdfs_spark_cluster["env"], raw, output, spec_path, hdfs_lake)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    assert hdfs_fs().exists(path_of(output) + "/_SUCCESS")
+
+
+def test_spark_master_down_fails_naming_it_and_the_retry_after_it_returns_succeeds(
+    hdfs_spark_cluster, hdfs_lake
+):
+    """Stop the standalone master (and its worker): the submission fails naming the master.
+
+    Spark's standalone client tries to register 3 times, 20 s each, before giving up, so
+    this takes about a minute. Then `up()` restarts both and the same submission succeeds.
+    """
+    from lakeprep_airflow.spec import load_spec, stage_io
+
+    spec_path = str(cluster_module.REPO / "pipelines" / "flights.yaml")
+    raw = f"{hdfs_lake}/raw/flights/dt={DAY}"
+    _, output = stage_io(load_spec(spec_path), "validate", lake_root=hdfs_lake, ds=DAY)
+    output = output.replace("/validate/", "/validate_master_down/")
+    master = hdfs_spark_cluster["env"]["AIRFLOW_CONN_SPARK_DEFAULT"]
+    assert master.startswith("spark://127.0.0.1:")
+
+    for service in ("spark-worker", "spark-master"):
+        cluster_module.stop_service(service)
+    try:
+        job = _submit_validate(hdfs_spark_cluster["env"], raw, output, spec_path, hdfs_lake)
+        assert job.returncode != 0
+        endpoint = master.removeprefix("spark://")
+        assert re.search(rf"Failed to connect to master {re.escape(endpoint)}", job.stdout + job.stderr), (
+            job.stderr[-3000:]
+        )
+        assert "All masters are unresponsive" in job.stdout + job.stderr
+    finally:
+        cluster_module.up()
+    assert not hdfs_fs().exists(path_of(output))
+
+    retry = _submit_validate(hdfs_spark_cluster["env"], raw, output, spec_path, hdfs_lake)
+    assert retry.returncode == 0, retry.stderr[-3000:]
+    assert hdfs_fs().exists(path_of(output) + "/_SUCCESS")
+
 
 def _submit_validate(
     cluster_env: dict, raw: str, output: str, spec_path: str, lake: str
