@@ -18,8 +18,11 @@ from benchmarks.measure import child_result, run_child, summary
 
 FULL_ROWS = (1_000_000, 4_000_000, 16_000_000)
 QUICK_ROWS = (20_000,)
-PARTS = ("spark", "input", "parse", "single_node", "passes")
-QUICK_PARTS = ("spark", "input", "parse", "single_node")
+PARTS = ("spark", "input", "parse", "single_node", "passes", "small")
+QUICK_PARTS = ("spark", "input", "parse", "single_node", "small")
+SCALE_PARTS = ("spark", "input", "single_node", "passes")  # measured at each of --rows
+# (e) A demo-sized day (`make demo`'s days hold about 900 flights): start-up against work.
+SMALL_DAY_ROWS = 900
 # pandas holds the whole partition several times over (strings as Python objects): at
 # 16 M rows that is beyond what a shared 24 GiB machine should be asked for.
 SINGLE_NODE_MAX_ROWS = 4_000_000
@@ -37,6 +40,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help="discarded warm-up runs (default 1; quick 0)")
     parser.add_argument("--parse-reps", type=int, help="DAG parse repetitions (default 10; quick 2)")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--small-rows", type=int, default=SMALL_DAY_ROWS, help="rows of the small day (part `small`)"
+    )
     parser.add_argument("--only", nargs="+", choices=PARTS, help="measure only these parts")
     parser.add_argument("--single-node-max-rows", type=int, default=SINGLE_NODE_MAX_ROWS)
     parser.add_argument(
@@ -121,6 +127,65 @@ def _spark(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
         "cpu_ratio": summary([r["cpu_ratio"] for r in runs]),
         "ratio_net_of_startup": summary(net) if net else None,
         "stages": stages,
+    }
+
+
+def _small_day(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
+    """A small day three ways per repetition, the order rotating: the five stages as five
+    submissions, as the two fused ones (`spark.fuse_stages`), and one empty submission.
+
+    The issue's target: a demo day's Spark time within 2x of one empty submission, i.e.
+    the day's work and the start-ups beyond the first cost no more than one start-up.
+    """
+    ways = ("separate", "fused", "empty")
+    runs = []
+    for i in range(warmup + reps):
+        label = "warm-up" if i < warmup else f"rep {i - warmup + 1}/{reps}"
+        run: dict[str, Any] = {}
+        for what in ways[i % 3 :] + ways[: i % 3]:
+            _log(f"  small day {label}: {what}")
+            rep_logs = logs / f"run{i}"
+            if what == "separate":
+                run["separate"] = spark_prep.run_stages(lake, generate.DS, rep_logs)
+            elif what == "fused":
+                run["fused"] = spark_prep.run_fused(lake, generate.DS, rep_logs)
+            else:
+                run["empty"] = spark_prep.run_empty(lake, generate.DS, rep_logs)
+        empty = run["empty"]["wall_s"]
+        run["separate_s"] = round(sum(st["wall_s"] for st in run["separate"].values()), 3)
+        run["fused_s"] = round(sum(sub["wall_s"] for sub in run["fused"]["submissions"].values()), 3)
+        run["separate_cpu_s"] = round(sum(st["cpu_s"] for st in run["separate"].values()), 3)
+        run["fused_cpu_s"] = round(sum(sub["cpu_s"] for sub in run["fused"]["submissions"].values()), 3)
+        run["separate_vs_empty"] = round(run["separate_s"] / empty, 3)
+        run["fused_vs_empty"] = round(run["fused_s"] / empty, 3)
+        run["fused_vs_separate"] = round(run["fused_s"] / run["separate_s"], 3)
+        run["separate_cpu_vs_empty"] = round(run["separate_cpu_s"] / run["empty"]["cpu_s"], 3)
+        run["fused_cpu_vs_empty"] = round(run["fused_cpu_s"] / run["empty"]["cpu_s"], 3)
+        # Both ways must have prepared the same day: every stage's row accounting alike.
+        counts = {
+            st: {k: v for k, v in r.items() if k.startswith("rows_")} for st, r in run["separate"].items()
+        }
+        run["same_row_counts"] = counts == run["fused"]["stages"]
+        if i >= warmup:
+            runs.append(run)
+    keys = (
+        "separate_s",
+        "fused_s",
+        "separate_cpu_s",
+        "fused_cpu_s",
+        "separate_vs_empty",
+        "fused_vs_empty",
+        "fused_vs_separate",
+        "separate_cpu_vs_empty",
+        "fused_cpu_vs_empty",
+    )
+    return {
+        "runs": runs,
+        "rows": runs[-1]["separate"]["validate"]["rows_in"],
+        "empty_s": summary([r["empty"]["wall_s"] for r in runs]),
+        "empty_cpu_s": summary([r["empty"]["cpu_s"] for r in runs]),
+        **{k: summary([r[k] for r in runs]) for k in keys},
+        "same_row_counts": all(r["same_row_counts"] for r in runs),
     }
 
 
@@ -267,6 +332,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "warmup": args.warmup,
             "parse_reps": args.parse_reps,
             "seed": args.seed,
+            "small_rows": args.small_rows,
             "parts": args.only,
             "single_node_max_rows": args.single_node_max_rows,
             "rows_per_file": generate.ROWS_PER_FILE,
@@ -284,7 +350,13 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if "parse" in args.only:
         results["dag_parse"] = _parse(logs, args.parse_reps)
         save()
-    for rows in args.rows:
+    if "small" in args.only:
+        lake = WORK / "data" / f"flights-{args.small_rows}-s{args.seed}"
+        _log(f"small day, {args.small_rows} rows: data in {lake}")
+        data = generate.land(lake, args.small_rows, args.seed)
+        results["small_day"] = {"data": data, **_small_day(lake, logs / "small", args.warmup, args.reps)}
+        save()
+    for rows in args.rows if set(SCALE_PARTS) & set(args.only) else []:
         lake = WORK / "data" / f"flights-{rows}-s{args.seed}"
         _log(f"{rows} rows: data in {lake}")
         scale: dict[str, Any] = {"data": generate.land(lake, rows, args.seed)}
@@ -321,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 target = results["scales"].setdefault(rows, {"data": scale["data"]})
                 for part, value in scale.items():
                     target.setdefault(part, value)
-            for key in ("dag_parse",):
+            for key in ("dag_parse", "small_day"):
                 if key in other and key not in results:
                     results[key] = other[key]
             extra = f"{other['command']} ({other['started']}, parts {other['config']['parts']})"

@@ -1,5 +1,8 @@
 """(a) The staged Spark preparation against its floor, each submitted as the operator does.
 
+(e) also submits the five stages as the two fused submissions (`run_fused`), as the
+operator builds them with `stages=` (the spec's `spark.fuse_stages`).
+
 The five stages' commands are built by `SparkStageOperator` itself (`prepare_submission`,
 then the Spark provider's `SparkSubmitHook._build_spark_submit_command`, which is what
 `SparkSubmitOperator.execute` runs): the same `--master` from the `spark_default`
@@ -58,6 +61,29 @@ def stage_command(stage: str, lake_root: str, ds: str) -> tuple[list[str], str]:
     return op._get_hook()._build_spark_submit_command(op.application), output
 
 
+def fused_commands(lake_root: str, ds: str) -> list[tuple[tuple[str, ...], list[str], list[str]]]:
+    """(stages, spark-submit argv, each stage's output) of the fused daily and window tasks."""
+    from lakeprep_airflow.operators.spark_stage import SparkStageOperator
+    from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, load_spec
+
+    use_child_env()
+    days = load_spec(FLIGHTS_SPEC).data["window"]["days"]
+    out = []
+    for stages, window in ((DAILY_STAGES, None), (WINDOW_STAGES, window_for(ds, days))):
+        op = SparkStageOperator(
+            task_id="fused",
+            stages=stages,
+            spec_path=str(FLIGHTS_SPEC),
+            lake_root=lake_root,
+            run_ds=ds,
+            name=f"lakeprep-{'+'.join(stages)}-bench",
+        )
+        op.prepare_submission(RUN_ID, window)
+        cmd = op._get_hook()._build_spark_submit_command(op.application)
+        out.append((stages, cmd, [call.output for call in op.stage_calls]))
+    return out
+
+
 def _with_application(stage_cmd: list[str], script: Path, args: list[str], name: str) -> list[str]:
     """The operator's command line for `validate`, running another application."""
     cmd = list(stage_cmd)
@@ -114,6 +140,20 @@ def run_stages(lake: Path, ds: str, logs: Path, events: Path | None = None) -> d
         }
         if folder:
             out[stage]["event_log"] = event_log.summarize(folder)
+    return out
+
+
+def run_fused(lake: Path, ds: str, logs: Path) -> dict[str, Any]:
+    """The five stages as the two fused submissions (`spark.fuse_stages`); per submission its
+    time and memory, per stage its row counts (from its report, as `run_stages` has them)."""
+    out: dict[str, Any] = {"submissions": {}, "stages": {}}
+    for stages, cmd, outputs in fused_commands(f"file://{lake}", ds):
+        name = "+".join(stages)
+        m = run_child(cmd, env=child_env(), log=logs / f"fused-{name}.log", cwd=REPO)
+        out["submissions"][name] = m.to_json()
+        for stage, output in zip(stages, outputs, strict=True):
+            report = _report(output)
+            out["stages"][stage] = {k: report.get(k) for k in ("rows_in", "rows_out", "rows_quarantined")}
     return out
 
 

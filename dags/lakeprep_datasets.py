@@ -10,6 +10,9 @@ naming the spec file and the field.
 
     gpu_training_handoff      (lakeprep_<name>_train: scheduled on the export's Asset,
                                retrains on an existing export without Spark)
+
+A spec with `spark.fuse_stages` runs the daily stages as one task (`prepare_day`) and
+the window stages as another (`fit_and_export`), one spark-submit each.
 """
 
 from __future__ import annotations

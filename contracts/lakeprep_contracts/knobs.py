@@ -489,6 +489,15 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "progress lines; lakeprep's own lines stay at INFO (docs/PIPELINE.md#task-logs)",
             FormField("spark_log_level", "Spark log level", "Spark"),
         ),
+        # Not a form field: it changes the DAG's tasks, which are fixed when the DAG is parsed.
+        Knob(
+            "fuse_stages",
+            False,
+            {"type": "boolean"},
+            "run the daily stages in one spark-submit (task `prepare_day`) and the window stages in "
+            "another (`fit_and_export`): fewer JVM start-ups for small partitions, the same outputs; "
+            "a retry reruns every stage of the task (docs/PIPELINE.md#fused-stages)",
+        ),
     ),
 }
 

@@ -5,6 +5,12 @@
             >> gpu_training_handoff >> write_report
     train:  gpu_training_handoff      (on each event of the export's Asset, or by hand)
 
+With the spec's `spark.fuse_stages`, the daily stages are one task (`prepare_day`) and the
+window stages another (`fit_and_export`), each one spark-submit (docs/PIPELINE.md#fused-stages):
+
+    wait_for_partition >> prepare_day >> wait_for_window >> check_drift >> fit_and_export
+        >> gpu_training_handoff >> write_report
+
 The daily stages keep no fitted state, so backfilled days run in parallel; the window
 stages run once per run over the trailing window (docs/PIPELINE.md). `export_shards`
 publishes the dataset's export Asset; the train DAG retrains on an export without
@@ -42,15 +48,25 @@ from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, DatasetSpec, expa
 from lakeprep_airflow.trigger_guard import refuse_unusable_conf
 from lakeprep_contracts import knobs
 
-TASKS = (
-    "wait_for_partition",
-    *DAILY_STAGES,
-    "wait_for_window",
-    "check_drift",
-    *WINDOW_STAGES,
-    "gpu_training_handoff",
-    "write_report",
-)
+# The tasks that run the daily and the window stages when `spark.fuse_stages` is on.
+FUSED_DAILY_TASK = "prepare_day"
+FUSED_WINDOW_TASK = "fit_and_export"
+
+
+def pipeline_tasks(fused: bool = False) -> tuple[str, ...]:
+    """The pipeline DAG's task ids, in order: a task per stage, or one per kind when fused."""
+    return (
+        "wait_for_partition",
+        *((FUSED_DAILY_TASK,) if fused else DAILY_STAGES),
+        "wait_for_window",
+        "check_drift",
+        *((FUSED_WINDOW_TASK,) if fused else WINDOW_STAGES),
+        "gpu_training_handoff",
+        "write_report",
+    )
+
+
+TASKS = pipeline_tasks()
 TRAIN_TASKS = ("gpu_training_handoff",)
 # The spec section whose form knobs the train DAG's form offers (backend, epochs).
 TRAIN_FORM_SECTION = "training"
@@ -143,13 +159,23 @@ def build_dag(spec: DatasetSpec) -> DAG:
             timeout=source.get("timeout_seconds", 6 * 3600),
         )
         spec_path = str(spec.path)
-        daily = [
-            SparkStageOperator(task_id=stage, stage=stage, spec_path=spec_path, overrides=overrides)
-            for stage in DAILY_STAGES
-        ]
+        fused = spec.data["spark"]["fuse_stages"]
+        if fused:
+            daily = [
+                SparkStageOperator(
+                    task_id=FUSED_DAILY_TASK, stages=DAILY_STAGES, spec_path=spec_path, overrides=overrides
+                )
+            ]
+        else:
+            daily = [
+                SparkStageOperator(task_id=stage, stage=stage, spec_path=spec_path, overrides=overrides)
+                for stage in DAILY_STAGES
+            ]
         window_cfg = spec.data["window"]
         wait_window = WindowSensor(
             task_id="wait_for_window",
+            # The task that commits the sampled partition decides a day of the window.
+            sample_task_id=daily[-1].task_id,
             spec_path=spec_path,
             overrides=overrides,
             mode="reschedule",
@@ -157,17 +183,29 @@ def build_dag(spec: DatasetSpec) -> DAG:
             timeout=window_cfg["wait_timeout_seconds"],
         )
         drift = DriftCheckOperator(task_id="check_drift", spec_path=spec_path, overrides=overrides)
-        window = [
-            SparkStageOperator(
-                task_id=stage,
-                stage=stage,
-                spec_path=spec_path,
-                overrides=overrides,
-                # A successful export's event carries the partition date and manifest URI.
-                outlets=[export_asset(spec.name)] if stage == "export_shards" else [],
-            )
-            for stage in WINDOW_STAGES
-        ]
+        # A successful export's event carries the partition date and manifest URI.
+        export_outlets = [export_asset(spec.name)]
+        if fused:
+            window = [
+                SparkStageOperator(
+                    task_id=FUSED_WINDOW_TASK,
+                    stages=WINDOW_STAGES,
+                    spec_path=spec_path,
+                    overrides=overrides,
+                    outlets=export_outlets,
+                )
+            ]
+        else:
+            window = [
+                SparkStageOperator(
+                    task_id=stage,
+                    stage=stage,
+                    spec_path=spec_path,
+                    overrides=overrides,
+                    outlets=export_outlets if stage == "export_shards" else [],
+                )
+                for stage in WINDOW_STAGES
+            ]
         handoff = GpuTrainingHandoffOperator(
             task_id="gpu_training_handoff", spec_path=spec_path, overrides=overrides
         )
@@ -235,8 +273,15 @@ def _train_doc(spec: DatasetSpec, asset_name: str) -> str:
 
 
 def _doc(spec: DatasetSpec) -> str:
-    chain_line = " >> ".join(TASKS)
+    fused = spec.data["spark"]["fuse_stages"]
+    chain_line = " >> ".join(pipeline_tasks(fused))
+    fused_line = (
+        f"\n`{FUSED_DAILY_TASK}` runs {', '.join(DAILY_STAGES)} and `{FUSED_WINDOW_TASK}` runs "
+        f"{', '.join(WINDOW_STAGES)}, each in one spark-submit (`spark.fuse_stages`).\n"
+        if fused
+        else ""
+    )
     return (
         f"### lakeprep: `{spec.name}`\n\n{(spec.data.get('description') or '').strip()}\n\n"
-        f"Spec: `{spec.path.name}`. Raw partitions: `{spec.source['uri']}`.\n\n`{chain_line}`\n"
+        f"Spec: `{spec.path.name}`. Raw partitions: `{spec.source['uri']}`.\n\n`{chain_line}`\n{fused_line}"
     )

@@ -17,6 +17,8 @@ from lakeprep_airflow.locations import cache_dir, contracts_dir, spark_jobs_dir
 PACKAGE = "lakeprep_jobs"
 CONTRACTS_PACKAGE = "lakeprep_contracts"
 LOG4J2_CONFIG = "log4j2.properties"
+# The job that runs several stages in one submission (`lakeprep_jobs/fused.py`).
+FUSED_JOB = "fused"
 
 
 def _sources(root: Path, package: str, hint: str) -> list[tuple[Path, str]]:

@@ -36,6 +36,8 @@ FORMATS = ("csv", "json", "parquet")
 DAILY_STAGES = ("validate", "preprocess", "sample")
 WINDOW_STAGES = ("fit_transform", "export_shards")
 STAGES = (*DAILY_STAGES, *WINDOW_STAGES)  # the Spark stages, in pipeline order
+# `spark` knobs that change how the stages run, not what they write (left out of config_hash).
+RUN_ONLY_SPARK_KNOBS = ("log_level", "fuse_stages")
 
 _NAME = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"}
 _COLUMN = {
@@ -742,9 +744,10 @@ def stage_io(
 
 def config_hash(spec: DatasetSpec) -> str:
     """A stable fingerprint of everything that shapes the data (recorded in the manifest)."""
-    # How much Spark logs shapes no data: a run at INFO exports what a run at WARN does.
+    # How much Spark logs and how the stages are submitted shape no data: a run at INFO,
+    # or with its stages fused, exports what a run at WARN with separate stages does.
     data = {k: v for k, v in spec.data.items() if k != "spark"}
-    spark = {k: v for k, v in spec.data.get("spark", {}).items() if k != "log_level"}
+    spark = {k: v for k, v in spec.data.get("spark", {}).items() if k not in RUN_ONLY_SPARK_KNOBS}
     if spark:
         data["spark"] = spark
     payload = json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -7,6 +7,8 @@ Every stage is submitted the same way (the Airflow operator builds this argv):
 
 `--error-file` (a local path, client mode) receives the stage's own error message when
 it fails, so the Airflow task can fail with it instead of spark-submit's command line.
+Several stages can share one submission (`lakeprep_jobs.fused`): each gets this same
+argv, error file included, and runs through the same `prepare` and `run_stage`.
 
 A stage writes into a hidden staging folder beside its output partition and commits by
 renaming it over the partition, so a killed job never leaves a half-written partition
@@ -18,13 +20,12 @@ accounting and what it decided, read by the next stages, the run summary and tes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
-import sys
 import uuid
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakeprep_contracts import layout
@@ -73,53 +74,115 @@ def params_from(cls: type[P], params: dict[str, Any]) -> P:
         raise ValueError(f"bad --params for {cls.__name__}: {err}; expected keys {fields}") from err
 
 
-def stage_main(
-    argv: Sequence[str] | None,
-    description: str,
-    params_cls: type[P],
-    run: Callable[[SparkSession, list[str], str, P], dict[str, Any]],
-) -> None:
-    """Parse argv, build the session (app name only: master and resources come from
-    spark-submit), run the stage, stop the session in `finally`."""
-    from pyspark.sql import SparkSession
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """A stage's entry point: its name, its argv help line, its params dataclass and its `run`.
 
-    _configure_logging(Path(sys.argv[0]).stem)
-    args = parse_args(argv, description)
+    Each stage module declares one (`STAGE`); its own `main` and the fused submission
+    (`lakeprep_jobs.fused`) run it through the same `prepare` and `run_stage`.
+    """
+
+    name: str
+    description: str
+    params_cls: type
+    run: Callable[[SparkSession, list[str], str, Any], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class StageCall:
+    """One parsed invocation of a stage: its argv and its params, built before Spark starts."""
+
+    stage: Stage
+    args: StageArgs
+    params: Any
+
+
+@contextlib.contextmanager
+def failure_recorded(error_file: str | None) -> Iterator[None]:
+    """Write an error's `Type: message` to `error_file` (the operator fails the task with it), re-raise."""
     try:
-        params = params_from(params_cls, args.params)
-        spark = SparkSession.builder.appName(f"lakeprep-{params_cls.__name__}").getOrCreate()
-        try:
-            _sync_executor_log_level(spark)
-            log.info("inputs %s -> output %s", ", ".join(args.inputs), args.output)
-            report = run(spark, args.inputs, args.output, params)
-            log.info(
-                "rows in %s, out %s, quarantined %s",
-                report.get("rows_in"),
-                report.get("rows_out"),
-                report.get("rows_quarantined"),
-            )
-            log.info("report: %s", json.dumps(report, sort_keys=True))
-        finally:
-            spark.stop()
+        yield
     except Exception as err:
-        if args.error_file:
-            with open(args.error_file, "w", encoding="utf-8") as f:
+        if error_file:
+            with open(error_file, "w", encoding="utf-8") as f:
                 f.write(f"{type(err).__name__}: {err}")
         raise
 
 
-def _configure_logging(stage: str) -> None:
+def prepare(stage: Stage, argv: Sequence[str] | None) -> StageCall:
+    """Parse a stage's argv and build its params: an unknown or missing key fails here."""
+    args = parse_args(argv, stage.description)
+    with failure_recorded(args.error_file):
+        params = params_from(stage.params_cls, args.params)
+    return StageCall(stage=stage, args=args, params=params)
+
+
+def run_stage(spark: SparkSession, call: StageCall) -> dict[str, Any]:
+    """Run one prepared stage in `spark`, its log lines under its own name; return its report."""
+    _STAGE_LINES.stage = call.stage.name
+    args = call.args
+    with failure_recorded(args.error_file):
+        log.info("inputs %s -> output %s", ", ".join(args.inputs), args.output)
+        report = call.stage.run(spark, args.inputs, args.output, call.params)
+        log.info(
+            "rows in %s, out %s, quarantined %s",
+            report.get("rows_in"),
+            report.get("rows_out"),
+            report.get("rows_quarantined"),
+        )
+        log.info("report: %s", json.dumps(report, sort_keys=True))
+    return report
+
+
+def start_session(app_name: str) -> SparkSession:
+    """The stages' session: the app name only (master and resources come from spark-submit)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    _sync_executor_log_level(spark)
+    return spark
+
+
+def stage_main(argv: Sequence[str] | None, stage: Stage) -> None:
+    """Parse argv, build the session, run the stage, stop the session in `finally`."""
+    configure_logging(stage.name)
+    call = prepare(stage, argv)
+    with failure_recorded(call.args.error_file):
+        spark = start_session(f"lakeprep-{stage.params_cls.__name__}")
+    try:
+        run_stage(spark, call)
+    finally:
+        spark.stop()
+
+
+class _StageLineFormat(logging.Formatter):
+    """Spark's log4j2 layout naming the stage that runs now (a fused submission runs several)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "%(asctime)s %(levelname)s lakeprep %(lakeprep_stage)s: %(message)s", datefmt="%y/%m/%d %H:%M:%S"
+        )
+        self.stage = "?"
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.lakeprep_stage = self.stage
+        return super().format(record)
+
+
+_STAGE_LINES = _StageLineFormat()
+
+
+def configure_logging(stage: str) -> None:
     """lakeprep's lines at INFO as `yy/MM/dd HH:mm:ss LEVEL lakeprep <stage>: ...`, the rest at WARNING.
 
     The layout is Spark's log4j2 one, so the Airflow task log can level both alike and
-    `lakeprep <stage>:` finds the stage's own lines; py4j's INFO chatter ("Closing down
-    clientserver connection") stays out.
+    `lakeprep <stage>:` finds the stage's own lines (`run_stage` names the stage that
+    runs); py4j's INFO chatter ("Closing down clientserver connection") stays out.
     """
-    logging.basicConfig(
-        level=logging.WARNING,
-        format=f"%(asctime)s %(levelname)s lakeprep {stage}: %(message)s",
-        datefmt="%y/%m/%d %H:%M:%S",
-    )
+    _STAGE_LINES.stage = stage
+    handler = logging.StreamHandler()
+    handler.setFormatter(_STAGE_LINES)
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])  # no-op once configured
     log.setLevel(logging.INFO)
 
 

@@ -625,8 +625,11 @@ def check_manifest(manifest: dict[str, Any], where: str) -> None:
     documents.require("manifest", manifest, where)
 
 
+STAGE = common.Stage("export_shards", __doc__.splitlines()[0], ExportParams, run)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, __doc__.splitlines()[0], ExportParams, run)
+    common.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

@@ -833,8 +833,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
     return report
 
 
+STAGE = common.Stage("fit_transform", __doc__.splitlines()[0], FitParams, run)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, __doc__.splitlines()[0], FitParams, run)
+    common.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

@@ -190,8 +190,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
     return report
 
 
+STAGE = common.Stage("preprocess", __doc__.splitlines()[0], PreprocessParams, run)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, __doc__.splitlines()[0], PreprocessParams, run)
+    common.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

@@ -285,8 +285,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
     return report
 
 
+STAGE = common.Stage("sample", __doc__.splitlines()[0], SampleParams, run)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, __doc__.splitlines()[0], SampleParams, run)
+    common.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

@@ -546,8 +546,11 @@ def _check_written(
         )
 
 
+STAGE = common.Stage("validate", __doc__.splitlines()[0], ValidateParams, run)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, __doc__.splitlines()[0], ValidateParams, run)
+    common.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The benchmark harness runs end to end and writes well-formed results (not how fast).
 
 The quick mode is `make bench-quick`: 20 k generated rows, every measurement once, seven
-real spark-submits (the five stages, the floor, an empty one), so its time is mostly JVM
-start-ups: 12 min 42 s measured on the shared 2-core machine at a load average of 8 to
-15; issue 10 measured about 70 s for a demo day's five stage submissions when idle.
+real spark-submits (the five stages, the floor, an empty one), then a 900-row day as five,
+two fused and one empty submission (eight more), so its time is mostly JVM start-ups
+(before the small day: 12 min 42 s measured on the shared 2-core machine at a load average of 8 to
+15; issue 10 measured about 70 s for a demo day's five stage submissions when idle).
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ def test_quick_mode_runs_and_writes_well_formed_results(tmp_path):
     for engine in ("pandas_sklearn", "polars"):
         assert sum(single[engine]["rows_out"].values()) == validate["rows_out"], engine  # labelled rows
 
+    small = results["small_day"]
+    [small_run] = small["runs"]
+    assert small["rows"] == small["data"]["rows"] == 900
+    assert set(small_run["separate"]) == set(STAGES) == set(small_run["fused"]["stages"])
+    assert set(small_run["fused"]["submissions"]) == {
+        "validate+preprocess+sample",
+        "fit_transform+export_shards",
+    }
+    assert small["same_row_counts"] is True
+    assert small_run["fused_vs_empty"] == pytest.approx(
+        small_run["fused_s"] / small_run["empty"]["wall_s"], rel=1e-2
+    )
+
     text = (out / "RESULTS.md").read_text()
     assert "## Targets" in text and "| 20,000 |" in text and "python -m benchmarks --quick" in text
+    assert "## (e) A small day: start-up against work" in text
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

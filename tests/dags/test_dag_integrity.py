@@ -207,3 +207,48 @@ def test_spec_can_make_the_sensor_deferrable(tmp_path, monkeypatch):
     bag = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py"))
     assert bag.import_errors == {}
     assert bag.dags["lakeprep_flights"].get_task("wait_for_partition").deferrable is True
+
+
+FUSED_CHAIN = [
+    "wait_for_partition",
+    "prepare_day",
+    "wait_for_window",
+    "check_drift",
+    "fit_and_export",
+    "gpu_training_handoff",
+    "write_report",
+]
+
+
+def test_a_fused_spec_runs_each_kind_of_stage_in_one_spark_submit(monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    # penguins (tests/data/pipelines) sets spark.fuse_stages; flights (above) does not.
+    monkeypatch.setenv("LAKEPREP_PIPELINES_DIR", str(REPO / "tests" / "data" / "pipelines"))
+    bag = DagBag(dag_folder=str(REPO / "dags" / "lakeprep_datasets.py"))
+    assert bag.import_errors == {}
+    dag = bag.dags["lakeprep_penguins"]
+    assert set(dag.task_ids) == set(FUSED_CHAIN)
+    for upstream, downstream in zip(FUSED_CHAIN, FUSED_CHAIN[1:], strict=False):
+        assert dag.get_task(upstream).downstream_task_ids == {downstream}
+    assert dag.doc_md and " >> ".join(FUSED_CHAIN) in dag.doc_md
+    daily, window = dag.get_task("prepare_day"), dag.get_task("fit_and_export")
+    assert (daily.stages, daily.fused) == (("validate", "preprocess", "sample"), True)
+    assert (window.stages, window.fused) == (("fit_transform", "export_shards"), True)
+    assert daily.overrides["stages.sample.seed"] == "{{ params.seed }}"
+    # The window waits on the task that commits the sampled partition; the export's Asset
+    # is published by the task that runs export_shards.
+    assert dag.get_task("wait_for_window").sample_task_id == "prepare_day"
+    assert [t.task_id for t in dag.tasks if t.outlets] == ["fit_and_export"]
+    assert [o.name for o in window.outlets] == ["lakeprep_penguins.export_shards"]
+    assert dag.get_task("wait_for_partition").pre_execute is not None  # the run conf guard stays first
+    assert all(t.retries == 2 for t in dag.tasks)
+
+
+def test_separate_stages_wait_on_the_sample_task():
+    from lakeprep_airflow.dag_factory import build_dag
+    from lakeprep_airflow.spec import load_spec
+
+    dag = build_dag(load_spec(REPO / "pipelines" / "flights.yaml"))
+    assert dag.get_task("wait_for_window").sample_task_id == "sample"
+    assert all(not dag.get_task(s).fused for s in SPARK_STAGES)

@@ -2,7 +2,9 @@
 
 Messy headers (`Culmen Length (mm)`), `NA` nulls, three classes and a free-text column,
 through two real Airflow runs (the second's window reads the first's day), then served
-from the model folder alone with `predict`, whose rejections must be validate's.
+from the model folder alone with `predict`, whose rejections must be validate's. The spec
+fuses its stages (`spark.fuse_stages`): each run is two spark-submits, `prepare_day` and
+`fit_and_export`, so this is also the fused mode's end-to-end test.
 """
 
 from __future__ import annotations
@@ -20,10 +22,20 @@ from tests.data import penguins
 
 pytestmark = pytest.mark.integration
 DAYS = ("2007-11-16", "2007-11-27")  # 16 and 18 penguins
+FUSED_TASKS = {
+    "wait_for_partition",
+    "prepare_day",
+    "wait_for_window",
+    "check_drift",
+    "fit_and_export",
+    "gpu_training_handoff",
+    "write_report",
+}
 
 
 @pytest.fixture(scope="module")
-def penguin_lake(airflow_db, tmp_path_factory) -> Path:
+def penguin_runs(airflow_db, tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """The lake after both runs, and each run's `airflow dags test` output."""
     root = tmp_path_factory.mktemp("penguin-lake")
     penguins.land(f"file://{root}", DAYS)
     env = {
@@ -32,6 +44,7 @@ def penguin_lake(airflow_db, tmp_path_factory) -> Path:
         "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": f"file://{root}",
         "LAKEPREP_PIPELINES_DIR": str(REPO / "tests" / "data" / "pipelines"),
     }
+    outputs = {}
     for day in DAYS:
         result = subprocess.run(
             [str(VENV_BIN / "airflow"), "dags", "test", "lakeprep_penguins", day],
@@ -42,11 +55,41 @@ def penguin_lake(airflow_db, tmp_path_factory) -> Path:
         )
         out = result.stdout + result.stderr
         assert result.returncode == 0 and "state=success" in out, out[-6000:]
-    return root
+        outputs[day] = out
+    return root, outputs
+
+
+@pytest.fixture(scope="module")
+def penguin_lake(penguin_runs) -> Path:
+    return penguin_runs[0]
 
 
 def read(root: Path, stage: str, day: str, name: str) -> dict:
     return json.loads((root / stage / "penguins" / f"dt={day}" / name).read_text())
+
+
+def test_each_run_is_two_spark_submissions_of_the_fused_stages(penguin_runs):
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(TaskInstance.run_id, TaskInstance.task_id, TaskInstance.state)
+            .filter(TaskInstance.dag_id == "lakeprep_penguins")
+            .all()
+        )
+    by_run: dict[str, dict[str, str]] = {}
+    for run_id, task_id, state in rows:
+        by_run.setdefault(run_id, {})[task_id] = state
+    assert len(by_run) == len(DAYS)
+    for tasks in by_run.values():
+        assert set(tasks) == FUSED_TASKS and set(tasks.values()) == {"success"}
+    for day, out in penguin_runs[1].items():
+        # The provider logs each spark-submit command once: fused.py, once per kind of stage.
+        commands = [line for line in out.splitlines() if "Spark-Submit cmd:" in line]
+        assert len(commands) == 2, (day, commands)
+        assert all("lakeprep_jobs/fused.py --plan" in line for line in commands), day
+        assert "stage preprocess: rows in" in out and "stage export_shards: rows in" in out, day
 
 
 def test_messy_headers_and_na_tokens_validate(penguin_lake):

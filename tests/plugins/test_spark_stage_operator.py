@@ -270,3 +270,110 @@ def test_spark_submit_output_lines_reach_the_task_log_at_their_own_level():
     # The hook's own messages (with arguments) keep the level the hook chose.
     hook.log.info("Spark-Submit cmd: %s", "26/12/01 11:49:55 ERROR not a line")
     assert recorder.lines[-1] == ("info", "Spark-Submit cmd: 26/12/01 11:49:55 ERROR not a line")
+
+
+WINDOW = {
+    "days": ["2013-01-01", "2013-01-02"],
+    "complete": ["2013-01-01", "2013-01-02"],
+    "failed": [],
+    "missing": [],
+    "before_start": [],
+}
+
+
+def make_fused(stages: tuple[str, ...], **kw) -> SparkStageOperator:
+    kw.setdefault("lake_root", "hdfs://nn:8020/lake")
+    kw.setdefault("run_ds", "2013-01-02")
+    return SparkStageOperator(task_id="fused", stages=stages, spec_path=FLIGHTS, **kw)
+
+
+@pytest.mark.parametrize(
+    ("stages", "window"),
+    [(("validate", "preprocess", "sample"), None), (("fit_transform", "export_shards"), WINDOW)],
+)
+def test_fused_plan_is_each_stages_own_argv_in_order(stages, window):
+    from lakeprep_airflow.operators.spark_stage import fused_argv
+
+    op = make_fused(stages, overrides={"stages.sample.seed": "11"})
+    inputs, output = op.prepare_submission("r", window)
+    assert op.application.endswith("spark_jobs/lakeprep_jobs/fused.py")
+    args = op.application_args
+    assert args[0] == "--plan" and len(args) == 2  # no error file outside execute
+    plan = json.loads(args[1])
+    assert [entry["stage"] for entry in plan] == list(stages)
+    singles = []
+    for stage in stages:
+        single = make_op(stage=stage, overrides={"stages.sample.seed": "11"})
+        single.prepare_submission("r", window)
+        singles.append(single)
+    assert [entry["argv"] for entry in plan] == [s.application_args for s in singles]
+    assert args == fused_argv([(s.stage, s.application_args) for s in singles])
+    assert [c.argv for c in op.stage_calls] == [s.application_args for s in singles]
+    # The task reads what the first stage reads and commits (last) what the last one does.
+    assert (inputs, output) == (op.stage_calls[0].inputs, op.stage_calls[-1].output)
+    assert inputs == singles[0].stage_calls[0].inputs and output == singles[-1].stage_calls[0].output
+    assert op.conf == singles[0].conf and op.py_files == singles[0].py_files
+
+
+def test_fused_stages_must_be_consecutive_stages_of_one_kind():
+    for bad in (("validate", "sample"), ("sample", "preprocess"), ("sample", "fit_transform")):
+        with pytest.raises(ValueError, match="must be consecutive stages of one kind"):
+            make_fused(bad)
+    with pytest.raises(ValueError, match="stage 'train' must be one of"):
+        make_fused(("validate", "train"))
+    with pytest.raises(ValueError, match="not both or neither"):
+        SparkStageOperator(task_id="x", stage="validate", stages=("validate",), spec_path=FLIGHTS)
+    with pytest.raises(ValueError, match="not both or neither"):
+        SparkStageOperator(task_id="x", spec_path=FLIGHTS)
+    with pytest.raises(ValueError, match="needs the window decided by task 'wait_for_window'"):
+        make_fused(("fit_transform", "export_shards")).prepare_submission("r")
+
+
+def fused_execute(monkeypatch, tmp_path, fail_in: str | None, message: str = ""):
+    """Run a fused daily operator whose submission commits stages up to `fail_in`."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException
+
+    raw = tmp_path / "raw" / "flights" / "dt=2013-01-02"
+    raw.mkdir(parents=True)
+    (raw / "_SUCCESS").write_text("")
+    op = make_fused(("validate", "preprocess", "sample"), lake_root=f"file://{tmp_path}")
+    monkeypatch.setattr(op, "_check_connection", lambda: None)
+    seen = {}
+
+    def submit(self, context):
+        # What fused.py does: each stage commits its partition or writes its own error file.
+        plan = json.loads(self.application_args[self.application_args.index("--plan") + 1])
+        seen["plan_error_file"] = self.application_args[self.application_args.index("--error-file") + 1]
+        for n, entry in enumerate(plan):
+            argv = entry["argv"]
+            if entry["stage"] == fail_in:
+                Path(argv[argv.index("--error-file") + 1]).write_text(message)
+                raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
+            out = Path(argv[argv.index("--output") + 1].removeprefix("file://"))
+            out.mkdir(parents=True)
+            (out / "_lakeprep_report.json").write_text(json.dumps({"rows_in": 10 - n, "rows_out": 9 - n}))
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", submit)
+    return op, seen
+
+
+def test_fused_task_returns_each_stages_report(monkeypatch, tmp_path):
+    op, seen = fused_execute(monkeypatch, tmp_path, fail_in=None)
+    reports = op.execute({"run_id": "r"})
+    assert reports == {
+        "validate": {"rows_in": 10, "rows_out": 9},
+        "preprocess": {"rows_in": 9, "rows_out": 8},
+        "sample": {"rows_in": 8, "rows_out": 7},
+    }
+    assert not Path(seen["plan_error_file"]).exists()  # the temporary error files are removed
+
+
+def test_a_failed_fused_stage_fails_the_task_naming_that_stage(monkeypatch, tmp_path):
+    from lakeprep_airflow.operators.spark_stage import StageFailed
+
+    op, _ = fused_execute(monkeypatch, tmp_path, fail_in="preprocess", message="ValueError: no column x")
+    with pytest.raises(StageFailed) as err:
+        op.execute({"run_id": "r"})
+    assert str(err.value) == "stage preprocess failed: ValueError: no column x"
+    assert "Cannot execute" in str(err.value.__cause__)

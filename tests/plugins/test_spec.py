@@ -212,6 +212,10 @@ def test_config_hash_changes_with_the_data_shaping_fields():
     assert spec.data["spark"]["log_level"] == "WARN"
     loud = spec.with_overrides({"spark.log_level": "INFO"})
     assert spec_mod.config_hash(spec) == spec_mod.config_hash(loud)
+    # Nor whether the stages share a submission (docs/PIPELINE.md#fused-stages).
+    assert spec.data["spark"]["fuse_stages"] is False
+    fused = spec.with_overrides({"spark.fuse_stages": True})
+    assert spec_mod.config_hash(spec) == spec_mod.config_hash(fused)
 
 
 @pytest.mark.parametrize(

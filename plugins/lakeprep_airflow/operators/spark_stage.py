@@ -1,4 +1,4 @@
-"""`SparkStageOperator`: submit one lakeprep Spark stage through the Spark provider.
+"""`SparkStageOperator`: submit a lakeprep Spark stage (or several, fused) through the Spark provider.
 
 A thin subclass of `SparkSubmitOperator`: the Airflow connection carries the master,
 deploy mode, queue and Kerberos settings, explicit arguments override it, and the
@@ -8,11 +8,17 @@ starts (with the run's trigger-form overrides), derives the stage's inputs, outp
 `--params` JSON from it, ships `lakeprep_jobs` (with `lakeprep_contracts`) as a zip,
 and returns the stage's row accounting (`_lakeprep_report.json`) as its XCom.
 
+Fused (`stages=`, the spec's `spark.fuse_stages`, docs/PIPELINE.md#fused-stages):
+consecutive stages of one kind share one submission, `lakeprep_jobs/fused.py` with a
+plan of each stage's own argv (`fused_argv`), so a small partition pays one JVM start-up
+instead of three (daily) or two (window). Only the first stage's input is checked before
+the submission (the others are produced inside it); the XCom is stage -> report.
+
 Window stages (`fit_transform`, `export_shards`) read the days that `wait_for_window`
 decided (its XCom), so both see the same days and the manifest can name the others.
-A failed stage fails the task with the stage's own message first (the job writes it to
-`--error-file`, a local file in client mode); spark-submit's command line and log tail
-stay in the chained cause.
+A failed stage fails the task with the stage's own message first, naming the stage (the
+job writes it to the stage's `--error-file`, a local file in client mode); spark-submit's
+command line and log tail stay in the chained cause.
 
 Task logs stay short: Spark logs at the spec's `spark.log_level` (WARN unless asked,
 `spark_jobs/log4j2.properties`), the stage's own lines (`lakeprep <stage>: ...`) at INFO,
@@ -26,7 +32,8 @@ import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException
@@ -38,7 +45,9 @@ from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin, parse_overr
 __all__ = [
     "SparkOutputLog",
     "SparkStageOperator",
+    "StageCall",
     "StageFailed",
+    "fused_argv",
     "parse_overrides",
     "spark_log_conf",
     "stage_argv",
@@ -59,6 +68,43 @@ def stage_argv(
         argv += ["--input", uri]
     argv += ["--output", output, "--params", json.dumps(params, sort_keys=True, separators=(",", ":"))]
     return [*argv, "--error-file", error_file] if error_file else argv
+
+
+def fused_argv(plan: Sequence[tuple[str, Sequence[str]]], error_file: str | None = None) -> list[str]:
+    """The argv of `lakeprep_jobs/fused.py`: (stage, that stage's own `stage_argv`), in order."""
+    entries = [{"stage": stage, "argv": list(argv)} for stage, argv in plan]
+    argv = ["--plan", json.dumps(entries, separators=(",", ":"))]
+    return [*argv, "--error-file", error_file] if error_file else argv
+
+
+def chosen_stages(stage: str | None, stages: Sequence[str] | None) -> tuple[str, ...]:
+    """The operator's stages: one, or consecutive stages of one kind (daily or window), in order."""
+    if (stage is None) == (stages is None):
+        raise ValueError(
+            f"give stage= (one stage) or stages= (several in one submission), not both or neither; "
+            f"got stage={stage!r}, stages={stages!r}"
+        )
+    chosen = (stage,) if stage is not None else tuple(stages or ())
+    for name in chosen or ("",):
+        if name not in spec_mod.STAGES:
+            raise ValueError(f"stage {name!r} must be one of {spec_mod.STAGES}")
+    for kind in (spec_mod.DAILY_STAGES, spec_mod.WINDOW_STAGES):
+        start = kind.index(chosen[0]) if chosen[0] in kind else None
+        if start is not None and chosen != kind[start : start + len(chosen)]:
+            raise ValueError(
+                f"stages {list(chosen)} must be consecutive stages of one kind, in pipeline order: "
+                f"daily {list(spec_mod.DAILY_STAGES)} or window {list(spec_mod.WINDOW_STAGES)}"
+            )
+    return chosen
+
+
+class StageCall(NamedTuple):
+    """One stage of a submission: what it reads, what it commits, the argv its job parses."""
+
+    stage: str
+    inputs: list[str]
+    output: str
+    argv: list[str]
 
 
 def spark_log_conf(conf: Mapping[str, str], level: str, config_uri: str) -> dict[str, str]:
@@ -121,60 +167,95 @@ class SparkOutputLog:
         return getattr(self._log, name)
 
 
+def _temp_file(prefix: str, suffix: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=prefix, suffix=suffix)
+    os.close(fd)
+    return path
+
+
 class StageFailed(AirflowException):
     """A stage's job failed; the message is the job's own error, not spark-submit's."""
 
 
 class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
-    """Run one lakeprep stage (`validate` ... `export_shards`) for one logical date.
+    """Run one lakeprep stage (`validate` ... `export_shards`), or several in one submission, for one date.
 
     :param stage: the stage name, one of `lakeprep_airflow.spec.STAGES`.
+    :param stages: instead of `stage`: consecutive stages of one kind (`validate, preprocess,
+        sample` or `fit_transform, export_shards`), run in one spark-submit
+        (`lakeprep_jobs/fused.py`); each commits its partition as its own task would.
     :param spec_path: path of the dataset's YAML spec on the worker. (templated)
     :param lake_root: lake root URI; defaults to the `lakeprep_lake_root` Variable. (templated)
     :param run_ds: the partition date, YYYY-MM-DD; defaults to the run's logical date. (templated)
     :param overrides: dotted spec paths to values, typically from `params`
         (`{"stages.sample.seed": "{{ params.seed }}"}`), validated like the file. (templated)
+    :param window_task_id: the task whose XCom is the window (window stages only).
     :param webhdfs_conn_id: connection used to read the stage report from `hdfs://` lakes.
     :param kwargs: passed to `SparkSubmitOperator` (`conn_id`, `conf`, resources, ...).
     """
 
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, *RUN_SPEC_FIELDS)
 
-    def __init__(self, *, stage: str, window_task_id: str = "wait_for_window", **kwargs: Any) -> None:
-        if stage not in spec_mod.STAGES:
-            raise ValueError(f"stage {stage!r} must be one of {spec_mod.STAGES}")
-        kwargs.setdefault("name", f"lakeprep-{stage}-{{{{ run_id | replace(':', '') }}}}")
+    def __init__(
+        self,
+        *,
+        stage: str | None = None,
+        stages: Sequence[str] | None = None,
+        window_task_id: str = "wait_for_window",
+        **kwargs: Any,
+    ) -> None:
+        chosen = chosen_stages(stage, stages)
+        kwargs.setdefault("name", f"lakeprep-{'+'.join(chosen)}-{{{{ run_id | replace(':', '') }}}}")
         super().__init__(**kwargs)
-        self.stage = stage
+        self.stage = stage  # None when fused
+        self.stages = chosen
+        self.fused = stages is not None
         self.window_task_id = window_task_id
-        self._error_file: str | None = None
+        self.stage_calls: list[StageCall] = []
+        self._error_files: dict[str, str] = {}
+        self._plan_error_file: str | None = None
+
+    @property
+    def label(self) -> str:
+        """`sample`, or `validate+preprocess+sample` when fused: the stages in messages."""
+        return "+".join(self.stages)
 
     def prepare_submission(
         self, run_id: str, window: dict[str, list[str]] | None = None
     ) -> tuple[list[str], str]:
         """Validate the spec and fill `application`, `py_files`, `application_args`, `conf`.
 
-        `window` is `wait_for_window`'s decision (window stages only). Returns (inputs,
-        output). Split from `execute` so tests can compare argv as lists.
+        `window` is `wait_for_window`'s decision (window stages only). Returns the inputs of
+        the (first) stage and the output of the (last) one; each stage's own are in
+        `stage_calls`. Split from `execute` so tests can compare argv as lists.
         """
         spec = self.run_spec()
         lake_root = self.lake_root_uri()
-        windowed = self.stage in spec_mod.WINDOW_STAGES
+        windowed = self.stages[0] in spec_mod.WINDOW_STAGES
         if windowed and not window:
-            raise ValueError(f"stage {self.stage} needs the window decided by task {self.window_task_id!r}")
-        inputs, output = spec_mod.stage_io(
-            spec,
-            self.stage,
-            lake_root=lake_root,
-            ds=self.run_ds,
-            window_days=window["complete"] if windowed else None,
-        )
-        params = spec_mod.stage_params(
-            spec, self.stage, lake_root=lake_root, ds=self.run_ds, run_id=run_id, window=window
-        )
-        self.application = str(jobs_package.stage_script(self.stage))
+            raise ValueError(f"stage {self.label} needs the window decided by task {self.window_task_id!r}")
+        calls = []
+        for stage in self.stages:
+            inputs, output = spec_mod.stage_io(
+                spec,
+                stage,
+                lake_root=lake_root,
+                ds=self.run_ds,
+                window_days=window["complete"] if windowed else None,
+            )
+            params = spec_mod.stage_params(
+                spec, stage, lake_root=lake_root, ds=self.run_ds, run_id=run_id, window=window
+            )
+            argv = stage_argv(inputs, output, params, self._error_files.get(stage))
+            calls.append(StageCall(stage, inputs, output, argv))
+        self.stage_calls = calls
+        if self.fused:
+            self.application = str(jobs_package.stage_script(jobs_package.FUSED_JOB))
+            self.application_args = fused_argv([(c.stage, c.argv) for c in calls], self._plan_error_file)
+        else:
+            self.application = str(jobs_package.stage_script(calls[0].stage))
+            self.application_args = calls[0].argv
         self.py_files = str(jobs_package.build_zip())
-        self.application_args = stage_argv(inputs, output, params, self._error_file)
         # The spec's Spark settings first (its time zone as the session's, so timestamps
         # without an offset and calendar functions use the dataset's zone); the
         # operator's own `conf` wins.
@@ -184,7 +265,7 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
             **(self.conf or {}),
         }
         self.conf = spark_log_conf(conf, spec.data["spark"]["log_level"], self._log4j2_config_uri())
-        return inputs, output
+        return calls[0].inputs, calls[-1].output
 
     def _log4j2_config_uri(self) -> str:
         """Where the driver reads the stages' log4j2 file.
@@ -234,51 +315,71 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
             ) from err
 
     def _check_input(self, uri: str) -> None:
-        """The partition this stage needs is complete, before a Spark driver starts.
+        """The partition this (first) stage needs is complete, before a Spark driver starts.
 
         Fails fast and names the problem: a missing partition, or (LakeUnreachableError)
-        the endpoint of a NameNode that does not answer.
+        the endpoint of a NameNode that does not answer. A fused submission's later
+        stages read what its earlier ones commit inside it: only the first is checked.
         """
         status = check_partition(uri, webhdfs_conn_id=self.webhdfs_conn_id)
         if not status.has_marker:
-            raise FileNotFoundError(f"stage {self.stage} needs a complete partition: {status.describe()}")
+            raise FileNotFoundError(f"stage {self.stages[0]} needs a complete partition: {status.describe()}")
 
     def _window(self, context: Context) -> dict[str, list[str]] | None:
-        if self.stage not in spec_mod.WINDOW_STAGES:
+        if self.stages[0] not in spec_mod.WINDOW_STAGES:
             return None
         return context["ti"].xcom_pull(task_ids=self.window_task_id)
 
+    def _failure(self) -> str | None:
+        """The failed stage's own message, naming it; else what failed outside the stages."""
+        for stage, path in self._error_files.items():
+            message = Path(path).read_text(encoding="utf-8").strip()
+            if message:
+                return f"stage {stage} failed: {message}"
+        if self._plan_error_file:
+            message = Path(self._plan_error_file).read_text(encoding="utf-8").strip()
+            if message:
+                return f"stages {', '.join(self.stages)} failed before a stage ran: {message}"
+        return None
+
     def execute(self, context: Context) -> dict[str, Any]:
-        fd, self._error_file = tempfile.mkstemp(prefix=f"lakeprep-{self.stage}-", suffix=".error")
-        os.close(fd)
+        """Submit, then return the report: the stage's, or stage -> report when fused."""
+        self._error_files = {stage: _temp_file(f"lakeprep-{stage}-", ".error") for stage in self.stages}
+        self._plan_error_file = _temp_file(f"lakeprep-{self.label}-", ".error") if self.fused else None
         try:
-            inputs, output = self.prepare_submission(context["run_id"], self._window(context))
+            inputs, _ = self.prepare_submission(context["run_id"], self._window(context))
             self._check_connection()
             # The run's own day is always the last input (window stages read earlier days too).
             self._check_input(inputs[-1])
-            self.log.info("stage %s: %s", self.stage, " ".join(self.application_args))
+            for call in self.stage_calls:
+                self.log.info("stage %s: %s", call.stage, " ".join(call.argv))
             try:
                 super().execute(context)
             except AirflowException as err:
-                with open(self._error_file, encoding="utf-8") as f:
-                    message = f.read().strip()
+                message = self._failure()
                 if message:
-                    raise StageFailed(f"stage {self.stage} failed: {message}") from err
+                    raise StageFailed(message) from err
                 raise
         finally:
-            os.unlink(self._error_file)
-            self._error_file = None
-        fs, path = lake_fs.resolve(output, webhdfs_conn_id=self.webhdfs_conn_id)
-        report = json.loads(fs.read_bytes(lake_fs.join(path, spec_mod.REPORT_NAME)))
-        self.log.info(
-            "stage %s: rows in %s, out %s, quarantined %s",
-            self.stage,
-            report.get("rows_in"),
-            report.get("rows_out"),
-            report.get("rows_quarantined"),
-        )
-        self._describe_outlet_events(context, output)
-        return report
+            for path in [*self._error_files.values(), self._plan_error_file]:
+                if path:
+                    os.unlink(path)
+            self._error_files, self._plan_error_file = {}, None
+        reports = {}
+        for call in self.stage_calls:
+            fs, path = lake_fs.resolve(call.output, webhdfs_conn_id=self.webhdfs_conn_id)
+            report = json.loads(fs.read_bytes(lake_fs.join(path, spec_mod.REPORT_NAME)))
+            self.log.info(
+                "stage %s: rows in %s, out %s, quarantined %s",
+                call.stage,
+                report.get("rows_in"),
+                report.get("rows_out"),
+                report.get("rows_quarantined"),
+            )
+            reports[call.stage] = report
+        # The last stage's partition is what the task publishes (export_shards' manifest).
+        self._describe_outlet_events(context, self.stage_calls[-1].output)
+        return reports if self.fused else reports[self.stages[0]]
 
     def _describe_outlet_events(self, context: Context, output: str) -> None:
         """Give each outlet Asset's event the partition it stands for (its `extra`).

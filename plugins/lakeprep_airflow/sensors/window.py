@@ -11,6 +11,9 @@ sensor waits, per earlier day of the window, until that day's outcome is final:
 - no run exists for the day and no complete partition either: **missing**;
 - the day is before the dataset's `start_date`: **before_start** (never expected).
 
+"The `sample` task" is `sample_task_id`: the task that commits the sampled partition
+(`prepare_day` when the spec fuses its daily stages, `spark.fuse_stages`).
+
 A day whose run exists but has not finished sampling keeps the sensor waiting
 (`mode="reschedule"`: no worker slot held). The decision is the task's XCom, which the
 window stages read, and it goes into the manifest, so a failed or missing day is named
