@@ -205,6 +205,22 @@ def shard_columns(df: DataFrame) -> list[Any]:
     return cols
 
 
+# Besides its features a shard row holds its id, label, split and synthetic flag.
+ROW_OVERHEAD_BYTES = 32
+DTYPE_BYTES = {"float32": 4, "int32": 4, "int64": 8, "float64": 8}
+
+
+def row_bytes(features: list[dict[str, Any]]) -> int:
+    """Decoded bytes of one shard row, from the manifest's `features`: what shards are sized by.
+
+    Known from the fitted transform alone (dtypes and shapes), so the same rows always get
+    the same shard plan; the input files' stored size would not do (it changes with their
+    row order). Shards are compressed Parquet: on disk a shard is usually smaller than
+    `target_shard_mb`, in the trainer's memory about that size.
+    """
+    return ROW_OVERHEAD_BYTES + sum(DTYPE_BYTES[f["dtype"]] * math.prod(f["shape"]) for f in features)
+
+
 def feature_schema(transform: dict[str, Any]) -> list[dict[str, Any]]:
     """The manifest's `features`, from the fitted transform (ids, cardinalities, lengths)."""
     out: list[dict[str, Any]] = [
@@ -297,22 +313,18 @@ def fingerprint_partitions(spark: SparkSession, inputs: list[str]) -> list[str]:
 
 
 def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[dict[str, Any]]]:
-    """Union the window's sampled partitions; record each source (rows, bytes, fingerprint)."""
+    """Union the window's sampled partitions; record each source (rows, fingerprint).
+
+    Not the files' stored bytes: the same rows in another order compress to another size,
+    and the sample stage's shuffle does not keep an order (docs/MANIFEST.md).
+    """
     missing = [u for u in inputs if not common.exists(spark, layout.join(u, layout.SUCCESS))]
     if missing:
         raise FileNotFoundError(f"export needs complete sampled partitions (with _SUCCESS): {missing}")
     sources = []
     for uri, fingerprint in zip(inputs, fingerprint_partitions(spark, inputs), strict=True):
-        files = common.list_files(spark, uri)
         report = common.read_report(spark, uri)
-        sources.append(
-            {
-                "uri": uri,
-                "rows": report["rows_out"],
-                "fingerprint": fingerprint,
-                "bytes": sum(n for f, n in files if f.endswith(".parquet")),
-            }
-        )
+        sources.append({"uri": uri, "rows": report["rows_out"], "fingerprint": fingerprint})
     return spark.read.parquet(*inputs), sources
 
 
@@ -502,7 +514,8 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
         for r in window.groupBy(layout.SPLIT, layout.LABEL).count().collect()
     }
     rows_in = sum(counts.values())
-    total_bytes = sum(s["bytes"] for s in sources)
+    features = feature_schema(transform)
+    width = row_bytes(features)
     classes = [str(c) for c in p.label_classes]
     natural = {s: {c: counts.get((s, c), 0) for c in classes} for s in SPLITS}
     frames = split_frames(window, natural, transform, p)
@@ -521,7 +534,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     with common.PartitionCommit(spark, output) as staging:
         for split in SPLITS:
             available = sum(final[split].values())
-            plan = plan_split(available, total_bytes * available / rows_in if rows_in else 0, p)
+            plan = plan_split(available, float(width * available), p)
             if split in ("train", "validation") and plan.rows_per_rank == 0:
                 raise ValueError(
                     f"export {output}: the {split} split has {available} rows, fewer than "
@@ -565,7 +578,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             "window": {k: list(p.window.get(k, [])) for k in WINDOW_KEYS},
             "source_partitions": sources,
             "label": {"name": layout.LABEL, "classes": p.label_classes},
-            "features": feature_schema(transform),
+            "features": features,
             # A copy beside the manifest: the export folder alone is enough to train and serve.
             "transform": {
                 "uri": layout.TRANSFORM,

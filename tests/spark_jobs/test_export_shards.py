@@ -499,3 +499,13 @@ def test_a_fingerprint_follows_the_rows_not_the_files(spark, tmp_path):
     )
     assert one == same
     assert len({one, other, more}) == 3
+
+
+def test_shards_are_sized_by_the_decoded_row_width_not_by_stored_bytes():
+    features = [
+        {"name": "num__a", "role": "numeric", "dtype": "float32", "shape": []},
+        {"name": "cat__b", "role": "categorical", "dtype": "int32", "shape": [], "cardinality": 3},
+        {"name": "txt__c", "role": "text", "dtype": "int32", "shape": [8], "vocab_size": 9},
+    ]
+    assert export_shards.row_bytes(features) == export_shards.ROW_OVERHEAD_BYTES + 4 + 4 + 32
+    assert export_shards.row_bytes([]) == export_shards.ROW_OVERHEAD_BYTES
