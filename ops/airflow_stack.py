@@ -832,6 +832,7 @@ def up(
     specs = str(Path(pipelines_dir).resolve()) if pipelines_dir else None
     wanted = _new_settings(previous, ports, lake_root, spark_conn, username, specs)
     if running and previous is not None:
+
         def fixed(s: Settings) -> tuple:
             return (s.ports, s.lake_root, s.spark_conn, s.username, s.pipelines_dir)
 

@@ -164,6 +164,21 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "how often `wait_for_window` looks",
         ),
     ),
+    "tasks": (
+        Knob(
+            "retries",
+            2,
+            {"type": "integer", "minimum": 0, "maximum": 10},
+            "how often Airflow retries a failed task of the dataset's DAGs (a killed stage, a lost "
+            "NameNode or Spark master); refusals of bad input fail without retries",
+        ),
+        Knob(
+            "retry_delay_seconds",
+            120,
+            {"type": "integer", "minimum": 0, "maximum": 86400},
+            "the wait before a retry",
+        ),
+    ),
     "check_drift": (
         Knob(
             "psi_threshold",
@@ -511,7 +526,7 @@ STAGE_GROUPS = (
     "balance",  # applied by export_shards, to the train split only
     "export_shards",
 )
-TOP_LEVEL_GROUPS = ("window", "training", "spark")  # `spark` also has `conf` (lakeprep_airflow.spec)
+TOP_LEVEL_GROUPS = ("window", "training", "spark", "tasks")  # `spark` also has `conf` (lakeprep_airflow.spec)
 
 # Per-column transform overrides (`columns[].transform`): key -> (knob it overrides, roles).
 COLUMN_TRANSFORM_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -135,8 +135,8 @@ def build_dag(spec: DatasetSpec) -> DAG:
         max_active_runs=4,
         default_args={
             "owner": spec.data.get("owner", "lakeprep"),
-            "retries": 2,
-            "retry_delay": timedelta(minutes=2),
+            "retries": spec.data["tasks"]["retries"],
+            "retry_delay": timedelta(seconds=spec.data["tasks"]["retry_delay_seconds"]),
         },
         params=trigger_params(spec),
         tags=["lakeprep", spec.name],
@@ -245,8 +245,8 @@ def build_train_dag(spec: DatasetSpec) -> DAG:
         max_active_runs=4,
         default_args={
             "owner": spec.data.get("owner", "lakeprep"),
-            "retries": 2,
-            "retry_delay": timedelta(minutes=2),
+            "retries": spec.data["tasks"]["retries"],
+            "retry_delay": timedelta(seconds=spec.data["tasks"]["retry_delay_seconds"]),
         },
         params=params,
         user_defined_macros={PARTITION_MACRO: functools.partial(partition_to_train, asset=asset)},

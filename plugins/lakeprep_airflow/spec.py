@@ -746,7 +746,8 @@ def config_hash(spec: DatasetSpec) -> str:
     """A stable fingerprint of everything that shapes the data (recorded in the manifest)."""
     # How much Spark logs and how the stages are submitted shape no data: a run at INFO,
     # or with its stages fused, exports what a run at WARN with separate stages does.
-    data = {k: v for k, v in spec.data.items() if k != "spark"}
+    # Nor do the tasks' retries.
+    data = {k: v for k, v in spec.data.items() if k not in ("spark", "tasks")}
     spark = {k: v for k, v in spec.data.get("spark", {}).items() if k not in RUN_ONLY_SPARK_KNOBS}
     if spark:
         data["spark"] = spark

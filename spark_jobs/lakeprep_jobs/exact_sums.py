@@ -54,8 +54,10 @@ class Moments:
         if not self.count:
             return None
         if self.positive_infinities or self.negative_infinities:
-            return math.nan if self.positive_infinities and self.negative_infinities else (
-                math.inf if self.positive_infinities else -math.inf
+            return (
+                math.nan
+                if self.positive_infinities and self.negative_infinities
+                else (math.inf if self.positive_infinities else -math.inf)
             )
         return _to_float(self.total / self.count)
 
@@ -101,7 +103,12 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
     names = list(values)
     stacked = df.select(
         F.explode(
-            F.array(*[F.struct(F.lit(i).alias("k"), values[n].cast("double").alias("v")) for i, n in enumerate(names)])
+            F.array(
+                *[
+                    F.struct(F.lit(i).alias("k"), values[n].cast("double").alias("v"))
+                    for i, n in enumerate(names)
+                ]
+            )
         ).alias("e")
     ).select(F.col("e.k").alias("k"), F.col("e.v").alias("v"))
     v = F.col("v")
@@ -147,7 +154,16 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
         .collect()
     )
     acc = {
-        i: {"count": 0, "zeros": 0, "+inf": 0, "-inf": 0, "total": Fraction(0), "squares": Fraction(0), "min": None, "max": None}
+        i: {
+            "count": 0,
+            "zeros": 0,
+            "+inf": 0,
+            "-inf": 0,
+            "total": Fraction(0),
+            "squares": Fraction(0),
+            "min": None,
+            "max": None,
+        }
         for i in range(len(names))
     }
     for row in grouped:

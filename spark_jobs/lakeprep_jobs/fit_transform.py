@@ -12,17 +12,19 @@ statistic), and written as `transform.json` (docs/TRANSFORM.md) plus a Spark
 Passes over the cached train rows: the exact counts and means of the raw values
 (imputation fills), an aggregate for the quantiles (median fills, clipping), the exact
 means and standard deviations of the imputed and clipped values (`standard` scaling)
-and an aggregate for `minmax`/`robust`, and one grouped count for all vocabularies together (categorical values and text tokens as
-`(feature, value)` pairs, ranked per feature in Spark so only the kept entries reach the
-driver). Vocabulary order is count descending, then value: ties never depend on
-partitioning. Spark ML's StringIndexer/CountVectorizer are not used because neither
-has both a frequency cutoff and a size cap with a defined tie order.
+and an aggregate for `minmax`/`robust`, and one grouped count for all vocabularies
+together (categorical values and text tokens as `(feature, value)` pairs, ranked per
+feature in Spark so only the kept entries reach the driver). Vocabulary order is count
+descending, then value: ties never depend on partitioning. Spark ML's
+StringIndexer/CountVectorizer are not used because neither has both a frequency cutoff
+and a size cap with a defined tie order.
 
 Then selection and PCA (docs/TRANSFORM.md, "Selection and PCA"), on the train rows
 encoded by the document's own SQL, cached once: an exact summary pass (mean, variance,
-min, max, non-zeros), `VarianceThresholdSelector`'s rule on that variance, per feature type the selector's test (for the
-scores) and `UnivariateFeatureSelector` (for the decision), and `PCA`. Each is skipped
-when its knob is off; with the defaults only the variance threshold runs.
+min, max, non-zeros), `VarianceThresholdSelector`'s rule on that variance, per feature
+type the selector's test (for the scores) and `UnivariateFeatureSelector` (for the
+decision), and `PCA`. Each is skipped when its knob is off; with the defaults only the
+variance threshold runs.
 
 Means, variances and standard deviations are exact sums rounded once
 (`exact_sums.py`), so the document does not change in its last bits when the same rows

@@ -61,24 +61,34 @@ def _load_airflow_stack_module() -> ModuleType:
 airflow_stack_module = _load_airflow_stack_module()
 
 
-# A copy of the flights spec that the stack's scheduler catches up on by itself
-# (test_schedule.py): its own name (DAG `lakeprep_flights_catchup`, lake folders
-# `<stage>/flights_catchup/`), the same raw and reference data, two days with catchup on.
+# Copies of the flights spec the stack serves beside it: their own names (DAG
+# `lakeprep_<name>`, lake folders `<stage>/<name>/`), the same raw and reference data,
+# stages fused and a retry 5 s after a failure, so that a multi-day test fits the suite.
+# CATCHUP_SPEC: two days with catchup on (test_schedule.py); BACKFILL_SPEC: the days
+# test_backfill.py backfills.
 CATCHUP_SPEC = "flights_catchup"
 CATCHUP_DAYS = ("2013-03-01", "2013-03-02")
+BACKFILL_SPEC = "flights_backfill"
+FAST = {"spark": {"fuse_stages": True}, "tasks": {"retries": 2, "retry_delay_seconds": 5}}
 
 
 def _stack_pipelines(folder: Path) -> Path:
-    """The stack's specs: the project's own, plus the catch-up copy of flights."""
+    """The stack's specs: the project's own, plus the catch-up and backfill copies of flights."""
     import shutil
 
     import yaml
 
     for spec in sorted((REPO / "pipelines").glob("*.yaml")):
         shutil.copy(spec, folder / spec.name)
-    data = yaml.safe_load((REPO / "pipelines" / "flights.yaml").read_text())
-    data.update(name=CATCHUP_SPEC, start_date=CATCHUP_DAYS[0], end_date=CATCHUP_DAYS[-1], catchup=True)
-    (folder / f"{CATCHUP_SPEC}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    flights = yaml.safe_load((REPO / "pipelines" / "flights.yaml").read_text())
+    copies = {
+        CATCHUP_SPEC: {"start_date": CATCHUP_DAYS[0], "end_date": CATCHUP_DAYS[-1], "catchup": True},
+        BACKFILL_SPEC: {},
+    }
+    for name, changes in copies.items():
+        data = {**flights, **changes, "name": name, **FAST}
+        data["spark"] = {**flights.get("spark", {}), **FAST["spark"]}
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return folder
 
 
@@ -89,8 +99,8 @@ def airflow_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     A stack of its own, in a fresh state dir on free ports, with its lake under pytest's
     tmp dir: a developer's stack in .stack/ keeps running untouched (its lake root is fixed
     while it runs, so it could not be reused for a test lake). Spark runs local, whatever
-    another fixture exported. Its specs are the project's plus `CATCHUP_SPEC` (new DAGs
-    start paused: only the test that unpauses it runs it). Stopped at the end; the
+    another fixture exported. Its specs are the project's plus `CATCHUP_SPEC` and
+    `BACKFILL_SPEC` (new DAGs start paused: only the test that unpauses one runs it). Stopped at the end; the
     service and task logs are copied
     to ``<tmp>/airflow-stack-logs`` first. Startup errors fail the tests: nothing skips.
     """

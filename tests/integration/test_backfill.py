@@ -2,18 +2,21 @@
 
 `airflow backfill create` (the CLI, talking to the stack's PostgreSQL) creates the runs;
 the stack's scheduler executes them with up to `MAX_ACTIVE_RUNS` at once, so later days
-reach `wait_for_window` while earlier days are still sampling. The same backfill is then
-run again with `--reprocess-behavior completed --max-active-runs 1`: the same days, one
-after another (each run starts after the previous one ended, checked). Every manifest
-and every shard file of the second pass must equal the first byte for byte: the parallel
-runs saw the same window as sequential ones (docs/PIPELINE.md, "The window when runs
-overlap"), and a rerun of the same runs rewrites identical bytes (docs/MANIFEST.md,
-"What is deterministic").
+reach `wait_for_window` while earlier days are still sampling. In that first pass one
+day's daily task is killed mid-write (SIGKILL of its spark-submit JVM, a transient
+failure as a lost node or the OOM killer would cause): Airflow retries it, and the
+retry must complete the day. The same backfill is then run again with
+`--reprocess-behavior completed --max-active-runs 1`: the same days, one after another
+(each run starts after the previous one ended, checked). Every manifest and every shard
+file of the second pass must equal the first byte for byte: the parallel runs (and the
+retried day) saw the same window as sequential ones (docs/PIPELINE.md, "The window when
+runs overlap"), and a rerun of the same runs rewrites identical bytes (docs/MANIFEST.md,
+"What is deterministic"). So each day ran twice (three times for the killed one) with
+identical results.
 
-The days are in February so that no window (30 days) reaches the days other tests of
-the stack run (2013-01-01, 2013-01-02): the result does not depend on test order. The
-January days of the windows have no run and no partition: `missing` in both passes.
-Cost on 2 idle cores: about 70-80 s per day and pass, so about 8 minutes in all.
+The DAG is `lakeprep_flights_backfill` (tests/integration/conftest.py, `BACKFILL_SPEC`):
+flights with its stages fused and a 5 s retry delay, its own lake folders, so no other
+test's days enter its windows. Cost on 2 idle cores: about 30-40 s per day and pass.
 """
 
 from __future__ import annotations
@@ -22,25 +25,32 @@ import datetime as dt
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from urllib.parse import quote, urlparse
 
+import psutil
 import pytest
 
+from lakeprep_airflow.dag_factory import FUSED_DAILY_TASK
 from lakeprep_airflow.spec import lake_uri
 from lakeprep_contracts import layout
+from tests.integration.conftest import BACKFILL_SPEC
 from tests.integration.test_airflow_services import BROKEN_STATES, _log_tails
 
 pytestmark = pytest.mark.integration
-DAG_ID = "lakeprep_flights"
-TRAIN_DAG_ID = "lakeprep_flights_train"
-FIRST, LAST = dt.date(2013, 2, 1), dt.date(2013, 2, 3)
+DAG_ID = f"lakeprep_{BACKFILL_SPEC}"
+TRAIN_DAG_ID = f"{DAG_ID}_train"
+DAILY_TASK = FUSED_DAILY_TASK  # the fused daily stages
+FIRST, LAST = dt.date(2013, 2, 1), dt.date(2013, 2, 5)
+KILLED_DAY = "2013-02-03"
 MAX_ACTIVE_RUNS = 3
-# A pass takes about 4 min on 2 idle cores; generous for a machine shared with other work.
-PASS_TIMEOUT_S_PER_DAY = 420
+# About 40 s a day on 2 idle cores; generous for a machine shared with other work.
+PASS_TIMEOUT_S_PER_DAY = 300
 
 
 def _days() -> list[str]:
@@ -81,8 +91,13 @@ def _run_id(day: str) -> str:
     return f"backfill__{day}T00:00:00+00:00"
 
 
-def _wait_for_backfill(client, airflow_home: str, days: list[str]) -> dict[str, dict]:
-    """Every day's run, once all are final; fails early with log tails when a task breaks."""
+def _wait_for_backfill(
+    client, airflow_home: str, days: list[str], may_retry: tuple[str, str] | None = None
+) -> dict[str, dict]:
+    """Every day's run, once all are final; fails early with log tails when a task breaks.
+
+    `may_retry` = (day, task id): that task may be up for retry (the injected failure).
+    """
     timeout = PASS_TIMEOUT_S_PER_DAY * len(days)
     deadline = time.monotonic() + timeout
     pending = set(days)
@@ -94,9 +109,13 @@ def _wait_for_backfill(client, airflow_home: str, days: list[str]) -> dict[str, 
             tis = client.get(f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances")[
                 "task_instances"
             ]
-            broken = BROKEN_STATES & {ti["state"] for ti in tis}
+            broken = BROKEN_STATES & {
+                ti["state"]
+                for ti in tis
+                if not ((day, ti["task_id"]) == may_retry and ti["state"] == "up_for_retry")
+            }
             if run["state"] == "failed" or broken:
-                logs = _log_tails(client, airflow_home, run_id, tis)
+                logs = _log_tails(client, airflow_home, run_id, tis, dag_id=DAG_ID)
                 pytest.fail(f"backfill run {run_id} is {run['state']}, tasks {broken}\n{logs}")
             if run["state"] == "success":
                 runs[day] = run
@@ -121,7 +140,47 @@ def _wait_for_backfill_closed(client) -> None:
 
 
 def _export_dir(lake_root: str, day: str) -> Path:
-    return Path(urlparse(lake_uri(lake_root, "export_shards", "flights", day)).path)
+    return Path(urlparse(lake_uri(lake_root, "export_shards", BACKFILL_SPEC, day)).path)
+
+
+class DailyTaskKiller(threading.Thread):
+    """SIGKILLs the spark-submit JVM of `day`'s daily task once, as soon as it is writing.
+
+    Writing: the day's validate partition is staged or committed (so the kill lands in
+    validate's write or in a later stage of the same submission). The JVM is found by
+    its command line, which holds the fused plan with the day's output paths.
+    """
+
+    def __init__(self, lake_root: str, day: str) -> None:
+        super().__init__(daemon=True)
+        self.validate = Path(urlparse(lake_uri(lake_root, "validate", BACKFILL_SPEC, day)).path)
+        # Only the daily plan writes validate's partition (a window plan reads sample/).
+        self.marker = f"validate/{BACKFILL_SPEC}/dt={day}"
+        self.day = day
+        self.killed: list[str] = []
+        self.stop = threading.Event()
+
+    def _writing(self) -> bool:
+        staging = self.validate.parent / layout.STAGING_DIR
+        return self.validate.is_dir() or any(staging.glob(f"dt={self.day}-*"))
+
+    def _jvm(self) -> psutil.Process | None:
+        for proc in psutil.process_iter(["name", "cmdline"]):
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if "java" in (proc.info["name"] or "") and "fused.py" in cmdline and self.marker in cmdline:
+                return proc
+        return None
+
+    def run(self) -> None:
+        while not self.stop.is_set() and not self.killed:
+            jvm = self._jvm()
+            if jvm is not None and self._writing():
+                try:
+                    jvm.send_signal(signal.SIGKILL)
+                    self.killed.append(" ".join(jvm.cmdline())[:300])
+                except psutil.Error:
+                    pass
+            time.sleep(0.25)
 
 
 def _snapshot(lake_root: str, days: list[str]) -> dict[str, dict]:
@@ -165,13 +224,24 @@ def test_a_parallel_backfill_exports_what_sequential_reruns_export(airflow_stack
     client.wait_for_dag(TRAIN_DAG_ID)
     train_paused = client.get(f"/api/v2/dags/{TRAIN_DAG_ID}")["is_paused"]
     client.patch(f"/api/v2/dags/{TRAIN_DAG_ID}", {"is_paused": True}, update_mask="is_paused")
+    killer = DailyTaskKiller(lake_root, KILLED_DAY)
     try:
         started = time.monotonic()
+        killer.start()
         _backfill(airflow_stack, "--max-active-runs", str(MAX_ACTIVE_RUNS))
-        parallel = _wait_for_backfill(client, home, days)
+        parallel = _wait_for_backfill(client, home, days, may_retry=(KILLED_DAY, DAILY_TASK))
         parallel_s = time.monotonic() - started
+        killer.stop.set()
         first = _snapshot(lake_root, days)
+        # The killed try's staged output is gone: its retry removed it before writing.
+        lake = Path(urlparse(lake_root).path)
+        assert not list(lake.glob(f"*/{BACKFILL_SPEC}/{layout.STAGING_DIR}/dt=*")), "staging left behind"
         _wait_for_backfill_closed(client)
+        assert killer.killed, f"no kill landed in {KILLED_DAY}'s {DAILY_TASK}"
+        killed = client.get(
+            f"/api/v2/dags/{DAG_ID}/dagRuns/{quote(_run_id(KILLED_DAY), safe='')}/taskInstances/{DAILY_TASK}"
+        )
+        assert (killed["state"], killed["try_number"]) == ("success", 2), killed
 
         started = time.monotonic()
         _backfill(airflow_stack, "--max-active-runs", "1", "--reprocess-behavior", "completed")
@@ -179,6 +249,8 @@ def test_a_parallel_backfill_exports_what_sequential_reruns_export(airflow_stack
         sequential_s = time.monotonic() - started
         second = _snapshot(lake_root, days)
     finally:
+        killer.stop.set()
+        client.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": True}, update_mask="is_paused")
         client.patch(f"/api/v2/dags/{TRAIN_DAG_ID}", {"is_paused": train_paused}, update_mask="is_paused")
     print(f"parallel pass {parallel_s:.0f} s, sequential pass {sequential_s:.0f} s")
 

@@ -206,7 +206,10 @@ def test_the_export_event_carries_the_partition_and_a_retrain_reuses_it(day_run,
         # Airflow's task runner validates the params against their schemas first.
         ('{"sample_fraction": 5}', "sample_fraction"),
         # An unknown key passes Airflow's check; the first task's pre_execute hook refuses it.
-        ('{"sample_fracton": 0.3}', "unknown trigger parameter 'sample_fracton' (did you mean 'sample_fraction'?)"),
+        (
+            '{"sample_fracton": 0.3}',
+            "unknown trigger parameter 'sample_fracton' (did you mean 'sample_fraction'?)",
+        ),
     ],
 )
 def test_invalid_trigger_conf_is_refused_before_any_job(airflow_db, demo_lake, conf, expected):

@@ -1,7 +1,7 @@
 """The schedule: with catchup on, the scheduler creates and completes the daily runs by itself.
 
 The stack's specs include `flights_catchup` (tests/integration/conftest.py): flights with
-catchup on and a two-day range, its own DAG and lake folders, the same raw data. Nobody
+catchup on and a two-day range, stages fused, its own DAG and lake folders, the same raw data. Nobody
 triggers anything: the test lands the two days, unpauses the DAG, and waits for the
 scheduler's runs. Exactly one `scheduled` run per day of the range, each successful, each
 with a complete manifest, and none for a day outside the range.
@@ -59,10 +59,14 @@ def test_the_scheduler_catches_up_on_the_range_by_itself(airflow_stack):
                 broken = BROKEN_STATES & {ti["state"] for ti in tis}
                 if run["state"] == "failed" or broken:
                     logs = _log_tails(client, home, run["dag_run_id"], tis, dag_id=DAG_ID)
-                    pytest.fail(f"scheduled run {run['dag_run_id']} is {run['state']}, tasks {broken}\n{logs}")
+                    pytest.fail(
+                        f"scheduled run {run['dag_run_id']} is {run['state']}, tasks {broken}\n{logs}"
+                    )
             if len(runs) >= len(days) and all(r["state"] == "success" for r in runs):
                 break
-            assert time.monotonic() < deadline, f"runs not done after {TIMEOUT_S_PER_DAY * len(days)} s: {runs}"
+            assert time.monotonic() < deadline, (
+                f"runs not done after {TIMEOUT_S_PER_DAY * len(days)} s: {runs}"
+            )
             time.sleep(5)
     finally:
         client.patch(f"/api/v2/dags/{DAG_ID}", {"is_paused": True}, update_mask="is_paused")

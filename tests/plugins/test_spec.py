@@ -216,6 +216,14 @@ def test_config_hash_changes_with_the_data_shaping_fields():
     assert spec.data["spark"]["fuse_stages"] is False
     fused = spec.with_overrides({"spark.fuse_stages": True})
     assert spec_mod.config_hash(spec) == spec_mod.config_hash(fused)
+    # Nor how often and how soon a failed task is retried; those reach every task.
+    assert spec.data["tasks"] == {"retries": 2, "retry_delay_seconds": 120}
+    patient = spec.with_overrides({"tasks.retries": 5, "tasks.retry_delay_seconds": 7})
+    assert spec_mod.config_hash(spec) == spec_mod.config_hash(patient)
+    from lakeprep_airflow.dag_factory import build_dags
+
+    for dag in build_dags(patient):
+        assert {(t.retries, t.retry_delay.total_seconds()) for t in dag.tasks} == {(5, 7.0)}, dag.dag_id
 
 
 @pytest.mark.parametrize(

@@ -180,5 +180,8 @@ def test_the_first_task_refuses_a_conf_that_bypassed_the_api_server(builder):
 
     trigger_guard.refuse_unusable_conf(context({"epochs": 2}))
     trigger_guard.refuse_unusable_conf(context(None))
-    with pytest.raises(AirflowFailException, match=r"manual__x .*unknown trigger parameter 'epoch' \(did you mean 'epochs'\?\)"):
+    with pytest.raises(
+        AirflowFailException,
+        match=r"manual__x .*unknown trigger parameter 'epoch' \(did you mean 'epochs'\?\)",
+    ):
         trigger_guard.refuse_unusable_conf(context({"epoch": 2}))

@@ -23,7 +23,9 @@ def _values(seed: int, n: int) -> list[float]:
         elif kind < 0.8:
             out.append(rnd.uniform(-1, 1) * 10.0 ** rnd.randint(-300, 300))
         elif kind < 0.9:
-            out.append(rnd.choice([0.0, -0.0, 1e16, -1e16, 0.1, 2.0**-1074, -(2.0**-1074), sys.float_info.max / 4]))
+            out.append(
+                rnd.choice([0.0, -0.0, 1e16, -1e16, 0.1, 2.0**-1074, -(2.0**-1074), sys.float_info.max / 4])
+            )
         else:
             out.append(rnd.uniform(0.5, 1.5) * 2.0 ** rnd.randint(-1074, -1020))  # subnormals
     return out
