@@ -38,25 +38,28 @@ def penguin_runs(airflow_db, tmp_path_factory) -> tuple[Path, dict[str, str]]:
     """The lake after both runs, and each run's `airflow dags test` output."""
     root = tmp_path_factory.mktemp("penguin-lake")
     penguins.land(f"file://{root}", DAYS)
+    outputs = {day: run_day(root, day) for day in DAYS}
+    return root, outputs
+
+
+def run_day(root: Path, day: str) -> str:
+    """`airflow dags test lakeprep_penguins <day>` on the lake at `root`; its output."""
     env = {
         **os.environ,
         **AIRFLOW_ENV,
         "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": f"file://{root}",
         "LAKEPREP_PIPELINES_DIR": str(REPO / "tests" / "data" / "pipelines"),
     }
-    outputs = {}
-    for day in DAYS:
-        result = subprocess.run(
-            [str(VENV_BIN / "airflow"), "dags", "test", "lakeprep_penguins", day],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        out = result.stdout + result.stderr
-        assert result.returncode == 0 and "state=success" in out, out[-6000:]
-        outputs[day] = out
-    return root, outputs
+    result = subprocess.run(
+        [str(VENV_BIN / "airflow"), "dags", "test", "lakeprep_penguins", day],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    out = result.stdout + result.stderr
+    assert result.returncode == 0 and "state=success" in out, out[-6000:]
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +158,42 @@ def test_the_model_folder_serves_raw_records_with_validates_reasons(penguin_lake
     assert reasons == validate["quarantine_reasons"]
     accepted = [r for r in rows if not r.get("reason")]
     assert accepted and all(r["prediction"] in (0, 1, 2) for r in accepted)
+
+
+def _export(root: Path, day: str) -> tuple[dict, dict[str, str]]:
+    """The day's manifest, and the sha256 of every shard file as stored."""
+    import hashlib
+
+    folder = root / "export_shards" / "penguins" / f"dt={day}"
+    files = {
+        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.glob("shards/*/*.parquet"))
+    }
+    return json.loads((folder / "manifest.json").read_text()), files
+
+
+def _apart_from_the_run(manifest: dict) -> dict:
+    """What must not change between runs of one day (docs/MANIFEST.md: the run id and the
+    sha256 of transform.json, which records it, differ by design)."""
+    return {**manifest, "run_id": None, "transform": {**manifest["transform"], "sha256": None}}
+
+
+def test_the_same_day_run_three_times_gives_the_same_export(penguin_lake):
+    """Idempotence: two more runs of the second day rewrite the same manifest and shards, no row twice."""
+    import pyarrow.parquet as pq
+
+    from lakeprep_contracts import layout
+
+    day = DAYS[1]
+    first, first_files = _export(penguin_lake, day)
+    for _ in range(2):
+        run_day(penguin_lake, day)
+        again, files = _export(penguin_lake, day)
+        assert files == first_files and len(files) >= 3
+        assert _apart_from_the_run(again) == _apart_from_the_run(first)
+    folder = penguin_lake / "export_shards" / "penguins" / f"dt={day}"
+    ids = [
+        i for f in sorted(folder.glob("shards/*/*.parquet")) for i in pq.read_table(f)[layout.ID].to_pylist()
+    ]
+    listed = sum(s["rows"] for split in first["splits"].values() for s in split["shards"])
+    assert len(ids) == listed and len(set(ids)) == len(ids), "a row appears twice"
