@@ -164,22 +164,30 @@ class DailyTaskKiller(threading.Thread):
         staging = self.validate.parent / layout.STAGING_DIR
         return self.validate.is_dir() or any(staging.glob(f"dt={self.day}-*"))
 
-    def _jvm(self) -> psutil.Process | None:
+    def _driver(self) -> tuple[psutil.Process, str] | None:
+        """The day's driver JVM (SparkSubmit), not the launcher JVM spark-class runs first."""
         for proc in psutil.process_iter(["name", "cmdline"]):
             cmdline = " ".join(proc.info["cmdline"] or [])
-            if "java" in (proc.info["name"] or "") and "fused.py" in cmdline and self.marker in cmdline:
-                return proc
+            if (
+                "java" in (proc.info["name"] or "")
+                and "org.apache.spark.deploy.SparkSubmit" in cmdline
+                and "org.apache.spark.launcher.Main" not in cmdline
+                and "fused.py" in cmdline
+                and self.marker in cmdline
+            ):
+                return proc, cmdline
         return None
 
     def run(self) -> None:
         while not self.stop.is_set() and not self.killed:
-            jvm = self._jvm()
-            if jvm is not None and self._writing():
+            found = self._driver()
+            if found is not None and self._writing():
+                proc, cmdline = found
                 try:
-                    jvm.send_signal(signal.SIGKILL)
-                    self.killed.append(" ".join(jvm.cmdline())[:300])
-                except psutil.Error:
-                    pass
+                    proc.send_signal(signal.SIGKILL)
+                except psutil.Error:  # it ended just now: look again
+                    continue
+                self.killed.append(cmdline[:300])  # once: the retry must run undisturbed
             time.sleep(0.25)
 
 

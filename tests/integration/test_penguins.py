@@ -17,20 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from lakeprep_airflow.dag_factory import pipeline_tasks
 from tests.conftest import AIRFLOW_ENV, REPO, VENV_BIN
 from tests.data import penguins
 
 pytestmark = pytest.mark.integration
 DAYS = ("2007-11-16", "2007-11-27")  # 16 and 18 penguins
-FUSED_TASKS = {
-    "wait_for_partition",
-    "prepare_day",
-    "wait_for_window",
-    "check_drift",
-    "fit_and_export",
-    "gpu_training_handoff",
-    "write_report",
-}
+# The run's tasks are the fused DAG's (tests/dags/test_dag_integrity.py pins that list).
+FUSED_TASKS = set(pipeline_tasks(fused=True))
 
 
 @pytest.fixture(scope="module")
