@@ -240,6 +240,23 @@ def list_files(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
     )
 
 
+def parquet_rows(spark: SparkSession, uri: str) -> int:
+    """Rows in the Parquet files directly under `uri`, from their footers: no Spark job.
+
+    parquet-java's `ParquetFileReader.getRecordCount` sums the row groups a footer lists
+    (what a reader of the file will get); hidden files (`_SUCCESS`, `.crc`) are skipped
+    as Spark's readers skip them.
+    """
+    rows = 0
+    for status in _parquet_files(spark, uri):
+        reader = _open_footer(spark, status)
+        try:
+            rows += int(reader.getRecordCount())
+        finally:
+            reader.close()
+    return rows
+
+
 def rename(spark: SparkSession, src: str, dst: str) -> None:
     fs, src_path = _jvm_path(spark, src)
     _, dst_path = _jvm_path(spark, dst)
@@ -266,7 +283,48 @@ def read_complete(spark: SparkSession, inputs: list[str]) -> DataFrame:
             f"input partition(s) {incomplete} are not complete (no {layout.SUCCESS}): "
             "the stage that writes them failed or has not finished"
         )
-    return spark.read.parquet(*inputs)
+    # The schema from the footers, read here: Spark's own inference is one job per read.
+    schemas = {footer_schema(spark, u) for u in inputs}
+    reader = spark.read
+    if len(schemas) == 1 and None not in schemas:
+        from pyspark.sql.types import StructType
+
+        reader = reader.schema(StructType.fromJson(json.loads(schemas.pop())))
+    return reader.parquet(*inputs)
+
+
+# Where Spark's Parquet writer keeps the DataFrame's schema (ParquetWriteSupport.SPARK_ROW_SCHEMA);
+# Spark's schema inference reads it from one file's footer, the same as `footer_schema`.
+SPARK_ROW_SCHEMA = "org.apache.spark.sql.parquet.row.metadata"
+
+
+def _parquet_files(spark: SparkSession, uri: str) -> list[Any]:
+    """The FileStatus of each Parquet data file directly under `uri`, by name."""
+    fs, path = _jvm_path(spark, uri)
+    files = [
+        s for s in fs.listStatus(path) if s.isFile() and not s.getPath().getName().startswith(("_", "."))
+    ]
+    return sorted(files, key=lambda s: str(s.getPath().getName()))
+
+
+def _open_footer(spark: SparkSession, status: Any) -> Any:
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    data = jvm.org.apache.parquet.hadoop.util.HadoopInputFile.fromStatus(status, conf)
+    return jvm.org.apache.parquet.hadoop.ParquetFileReader.open(data)
+
+
+def footer_schema(spark: SparkSession, uri: str) -> str | None:
+    """The Spark schema (JSON) that Spark wrote into the footer of the first file under `uri`;
+    None when there is no file or it was not written by Spark."""
+    for status in _parquet_files(spark, uri)[:1]:
+        reader = _open_footer(spark, status)
+        try:
+            schema = reader.getFooter().getFileMetaData().getKeyValueMetaData().get(SPARK_ROW_SCHEMA)
+        finally:
+            reader.close()
+        return None if schema is None else str(schema)
+    return None
 
 
 def read_report(spark: SparkSession, partition: str) -> dict[str, Any]:

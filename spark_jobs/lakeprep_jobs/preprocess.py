@@ -32,9 +32,11 @@ from lakeprep_contracts import layout
 from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 REASON = "_reason"
+EXACT_DUPLICATE = "exact duplicate"
+CONFLICTING_DUPLICATE = "conflicting duplicate id"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +98,8 @@ def flag_duplicates(df: DataFrame, id_column: str) -> DataFrame:
     )
     reason = (
         F.when(F.col("_rank") == 1, F.lit(None).cast("string"))
-        .when(F.col("_row_hash") == F.col("_first_hash"), F.lit("exact duplicate"))
-        .otherwise(F.lit("conflicting duplicate id"))
+        .when(F.col("_row_hash") == F.col("_first_hash"), F.lit(EXACT_DUPLICATE))
+        .otherwise(F.lit(CONFLICTING_DUPLICATE))
     )
     return flagged.withColumn(REASON, reason).drop("_row_hash", "_rank", "_first_hash")
 
@@ -130,6 +132,27 @@ def clean_features(df: DataFrame, p: PreprocessParams) -> DataFrame:
     return df.select(*cols)
 
 
+def report_counts(p: PreprocessParams) -> list[Column]:
+    """The report's counts as aggregates over all rows (kept ones: `_reason` null)."""
+    from pyspark.sql import functions as F
+
+    kept = F.col(REASON).isNull()
+    aggs = [F.count(F.when(kept, 1)).alias("rows")]
+    aggs += [
+        F.count(F.when(kept, F.col(f"_matched__{r['name']}"))).alias(f"matched__{r['name']}")
+        for r in p.references
+    ]
+    aggs += [
+        F.count(F.when(kept & (F.length(F.col(c).cast("string")) > p.text_max_length), 1)).alias(f"cut__{c}")
+        for c in p.text
+    ]
+    aggs += [
+        F.count(F.when(F.col(REASON) == r, 1)).alias(f"reason__{r}")
+        for r in (EXACT_DUPLICATE, CONFLICTING_DUPLICATE)
+    ]
+    return aggs
+
+
 def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -139,20 +162,14 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
         flagged = flag_duplicates(validated, p.id_column).cache()
     else:
         flagged = validated.withColumn(REASON, F.lit(None).cast("string"))
-    kept = flagged.filter(F.col(REASON).isNull()).drop(REASON)
     refs = [(ref, read_reference(spark, ref)) for ref in p.references]
-    joined = join_references(kept, refs)
-
-    aggs = [F.count(F.lit(1)).alias("rows")]
-    aggs += [F.count(f"_matched__{r['name']}").alias(f"matched__{r['name']}") for r in p.references]
-    aggs += [
-        F.sum((F.length(F.col(c).cast("string")) > p.text_max_length).cast("int")).alias(f"cut__{c}")
-        for c in p.text
-    ]
-    counts = joined.agg(*aggs).collect()[0].asDict()
-    reasons = {
-        r[0]: int(r[1]) for r in flagged.filter(F.col(REASON).isNotNull()).groupBy(REASON).count().collect()
-    }
+    # Joined before the duplicates are set aside: a left join of de-duplicated keys keeps
+    # every row, so one aggregation counts the kept rows, their matches and the reasons.
+    flagged_joined = join_references(flagged, refs)
+    joined = flagged_joined.filter(F.col(REASON).isNull()).drop(REASON)
+    counts = flagged_joined.agg(*report_counts(p)).collect()[0].asDict()
+    reasons = {r: int(counts[f"reason__{r}"]) for r in (EXACT_DUPLICATE, CONFLICTING_DUPLICATE)}
+    reasons = {r: n for r, n in reasons.items() if n}
     rows_out = int(counts["rows"])
     quarantined = sum(reasons.values())
     report = {

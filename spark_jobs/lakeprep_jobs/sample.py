@@ -28,8 +28,11 @@ A stratum is a value of the label (default) or a combination of the `strata` col
 
 Both exact steps are `lakeprep_jobs.exact` (a histogram pass, then a selection that
 ranks only the rows of the cut buckets; the module docstring counts the passes). The
-report adds `strata`: rows before and after sampling per stratum and split, checked
-against the plan before the partition is committed.
+report adds `strata`: rows before and after sampling per stratum and split. Both come
+from the plan, which knows them exactly before the selection runs (a cell keeps exactly
+its planned rows); the rows written, from the Parquet footers, are checked against the
+plan's total before the partition is committed. Only strata without the label need one
+more aggregation, for the counts per class.
 """
 
 from __future__ import annotations
@@ -204,29 +207,32 @@ def stratum_name(strata: Sequence[str], key: exact.StratumKey) -> str:
     return ",".join(f"{c}={text(v)}" for c, v in zip(strata, key, strict=True))
 
 
-def written_counts(
-    written: DataFrame, p: SampleParams, plan: exact.CutPlan
-) -> tuple[dict[exact.StratumKey, int], dict[tuple[str, str], int]]:
-    """Rows written per (strata..., split) cell and per (split, class), from one small
-    aggregation; fails when a cell's count is not the plan's (checked before the commit)."""
-    cells = (*p.strata_columns, layout.SPLIT)
-    group = list(cells) if layout.LABEL in cells else [*cells, layout.LABEL]
-    kept = dict.fromkeys(plan.sizes, 0)
-    by_split_class: dict[tuple[str, str], int] = {}
-    for r in written.groupBy(*group).count().collect():
-        cell, n = tuple(r[c] for c in cells), int(r["count"])
-        kept[cell] = kept.get(cell, 0) + n
-        split_class = (str(r[layout.SPLIT]), str(r[layout.LABEL]))
-        by_split_class[split_class] = by_split_class.get(split_class, 0) + n
-    planned = {cell: plan.segment_sizes(cell)[0] for cell in plan.sizes}
-    wrong = {
-        c: (kept.get(c), planned.get(c))
-        for c in kept.keys() | planned.keys()
-        if kept.get(c) != planned.get(c)
-    }
-    if wrong:
-        raise RuntimeError(f"sampled rows per cell (written, planned) differ: {wrong}")
-    return kept, by_split_class
+def planned_counts(plan: exact.CutPlan) -> dict[exact.StratumKey, int]:
+    """Rows the selection keeps per (strata..., split) cell: the plan's first segment."""
+    return {cell: plan.segment_sizes(cell)[0] for cell in plan.sizes}
+
+
+def by_class(
+    p: SampleParams, plan: exact.CutPlan, kept: Mapping[exact.StratumKey, int]
+) -> tuple[dict[str, int], dict[tuple[str, str], int]] | None:
+    """(rows per class before, rows per (split, class) after) from the plan's cells, or None
+    when the label is not a stratum (the cells do not say a row's class)."""
+    if layout.LABEL not in p.strata_columns:
+        return None
+    label_at = p.strata_columns.index(layout.LABEL)
+    before: dict[str, int] = {}
+    after: dict[tuple[str, str], int] = {}
+    for cell, n in plan.sizes.items():
+        label, split = str(cell[label_at]), str(cell[-1])
+        before[label] = before.get(label, 0) + n
+        after[(split, label)] = after.get((split, label), 0) + kept[cell]
+    return before, after
+
+
+def split_class_counts(written: DataFrame) -> dict[tuple[str, str], int]:
+    """Rows per (split, class) of the written sample, from one small aggregation."""
+    counts = written.groupBy(layout.SPLIT, layout.LABEL).count().collect()
+    return {(str(r[layout.SPLIT]), str(r[layout.LABEL])): int(r["count"]) for r in counts}
 
 
 def strata_report(
@@ -253,12 +259,23 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
         split = split.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         plan = sample_plan(split, p)
-        before = common.class_counts(df, layout.LABEL)
+        kept = planned_counts(plan)
+        rows_in, rows_out = sum(plan.sizes.values()), sum(kept.values())
         with common.PartitionCommit(spark, output) as staging:
-            common.write_parquet(exact.apply_sample(split, plan), staging)
-            kept, after = written_counts(spark.read.parquet(staging), p, plan)
-            rows_in = sum(before.values())
-            rows_out = sum(after.values())
+            sampled = exact.apply_sample(split, plan)
+            common.write_parquet(sampled, staging)
+            written = common.parquet_rows(spark, staging)
+            if written != rows_out:
+                raise RuntimeError(
+                    f"sample of {', '.join(inputs)}: wrote {written} rows, the plan keeps {rows_out} "
+                    f"of {rows_in}"
+                )
+            counted = by_class(p, plan, kept)
+            if counted is None:
+                before = common.class_counts(df, layout.LABEL)
+                after = split_class_counts(spark.read.schema(sampled.schema).parquet(staging))
+            else:
+                before, after = counted
             report = {
                 "stage": "sample",
                 "inputs": inputs,

@@ -26,8 +26,9 @@ serving side mirrors these strings):
 Rows with a reason go to `<output>/_quarantine/` with the reason, the source file and the
 raw values; the others, typed and with the derived columns added, are the partition,
 profiled in the same job into `_stats.json` (lakeprep_jobs.stats). Accounting is exact
-per input file: rows read = rows passed + rows quarantined, checked against what was
-written before commit.
+per input file: rows read = rows passed + rows quarantined, from one aggregation of the
+checked rows, and the totals are checked against the Parquet footers of what was written
+(no read-back job) before commit.
 
 A partition that breaks its contract (a required column missing, no rows unless
 allowed, a quarantine share above `max_quarantine_share`) is committed WITHOUT
@@ -317,7 +318,9 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
     `_reason` is null for a valid row, else the first problem found (module docstring),
     naming the column. Type checks look at the raw strings (a value that is present but
     does not parse); id and label checks look at the derived columns. Derived expressions
-    see the typed contract columns and `_source_file`.
+    see the typed contract columns and `_source_file`. `_raw` is kept only on rows with a
+    reason (the quarantine is its only reader), so the rows that pass carry no copy of
+    their raw values through the stage's cache.
     """
     from pyspark.sql import functions as F
 
@@ -368,7 +371,8 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
             ),
         ]
     )
-    return df.withColumn(REASON, reason).drop("_type_reason")
+    df = df.withColumn(REASON, reason).drop("_type_reason")
+    return df.withColumn(RAW, F.when(F.col(REASON).isNotNull(), F.col(RAW)))
 
 
 def reason_kind(reason: Column) -> Column:
@@ -443,7 +447,8 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
         raise
     report["extra_columns"] = extra
 
-    # Cached: counted by file and reason once, then written as three outputs.
+    # Cached: counted by file and reason once, then written as three outputs (the rows,
+    # their profile, the quarantine). Only quarantined rows keep `_raw` (flag_rows).
     flagged = flag_rows(raw, p).cache()
     try:
         counted = flagged.groupBy(SOURCE_FILE, reason_kind(F.col(REASON)).alias("kind")).count().collect()
@@ -484,9 +489,7 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
                 )
             doc = stats.stats_document(output, stats.partition_stats(valid, p.stats_kinds))
             common.write_text(spark, f"{staging}/{layout.STATS}", stats.to_json(doc))
-            _check_written(
-                spark, staging, quarantine_uri if quarantined else None, report, by_spark_uri, where
-            )
+            _check_written(spark, staging, quarantine_uri if quarantined else None, report, where)
             common.write_report(spark, staging, report)
             # The Parquet committer marked the folder complete; whether it is, is decided here,
             # last: a partition that breaks its contract stays without the marker.
@@ -521,24 +524,16 @@ def _contract_failure(report: dict[str, Any], p: ValidateParams, where: str, out
 
 
 def _check_written(
-    spark: SparkSession,
-    staging: str,
-    quarantine_uri: str | None,
-    report: dict[str, Any],
-    by_spark_uri: dict[str, str],
-    where: str,
+    spark: SparkSession, staging: str, quarantine_uri: str | None, report: dict[str, Any], where: str
 ) -> None:
-    """Read back what was written (Parquet footers, and the small quarantine by file):
-    nothing lost or added on the way, for the partition and for every input file."""
-    written = spark.read.parquet(staging).count()
-    written_q: dict[str, int] = {}
-    if quarantine_uri:
-        for source, n in spark.read.parquet(quarantine_uri).groupBy(SOURCE_FILE).count().collect():
-            written_q[by_spark_uri.get(source, source)] = n
-    expected_q = {
-        f: a["rows_quarantined"] for f, a in report["file_accounting"].items() if a["rows_quarantined"]
-    }
-    if written != report["rows_out"] or written_q != expected_q:
+    """Nothing lost or added on the way: the rows in the Parquet footers of the partition and
+    of its quarantine are the counted ones (`common.parquet_rows`, no Spark job)."""
+    written = common.parquet_rows(spark, staging)
+    written_q = common.parquet_rows(spark, quarantine_uri) if quarantine_uri else 0
+    if written != report["rows_out"] or written_q != report["rows_quarantined"]:
+        expected_q = {
+            f: a["rows_quarantined"] for f, a in report["file_accounting"].items() if a["rows_quarantined"]
+        }
         raise RuntimeError(
             f"partition {where}: accounting mismatch: read {report['rows_in']} rows, expected "
             f"{report['rows_out']} passed + {report['rows_quarantined']} quarantined "

@@ -215,3 +215,16 @@ def test_an_uncommitted_input_is_refused(spark, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"dt=2013-01-01'\] are not complete \(no _SUCCESS\)"):
         preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
+    """Passes are not re-added: the reference's header, one aggregation for every count of
+    the report (reasons included), the partition and its quarantine; the input's schema
+    comes from its footer, not from a job."""
+    from tests.spark_jobs.job_count import spark_jobs
+
+    src, ref_uri = land(spark, tmp_path)
+    p = params(ref_uri)
+    report, jobs = spark_jobs(spark, lambda: preprocess.run(spark, [src], f"file://{tmp_path}/out", p))
+    assert (report["rows_out"], report["rows_quarantined"]) == (4, 2)
+    assert len(jobs) <= 11, "\n".join(jobs)

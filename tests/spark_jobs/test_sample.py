@@ -496,3 +496,33 @@ def test_run_twice_gives_the_same_partition(spark, tmp_path):
     assert len(first) == 250
     assertDataFrameEqual(spark.read.parquet(out), first)
     assert not list((tmp_path / "sample" / "_staging").iterdir())
+
+
+def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
+    """Passes are not re-added: the two planning passes of `exact` (split, then sample) and
+    the write; the counts before and after come from the plan, the rows written from the
+    Parquet footers, the input's schema from its footer."""
+    from tests.spark_jobs.job_count import spark_jobs
+
+    src = land(spark, tmp_path, rows(300, 100))
+    p = SampleParams(label_classes=[0, 1], class_fractions={"0": 0.5}, seed=7, stratify_splits=True)
+    report, jobs = spark_jobs(spark, lambda: sample.run(spark, [src], f"file://{tmp_path}/out", p))
+    assert report["rows_out"] == 250
+    assert len(jobs) <= 20, "\n".join(jobs)
+
+
+def test_strata_without_the_label_count_classes_from_the_written_rows(spark, tmp_path):
+    src = land(spark, tmp_path, rows(300, 100))
+    out = f"file://{tmp_path}/out"
+    p = SampleParams(label_classes=[0, 1], fraction=0.5, seed=7, strata=["num__x"])
+
+    report = sample.run(spark, [src], out, p)
+
+    written = spark.read.parquet(out)
+    assert report["class_counts_before"] == {"0": 300, "1": 100}
+    assert report["class_counts_after"] == common.class_counts(written, "label")
+    by_split_class = counts_by(written, "split", "label")
+    assert report["splits"] == {
+        s: {str(c): by_split_class.get((s, c), 0) for c in (0, 1)} for s in ("train", "validation", "test")
+    }
+    assert report["rows_out"] == written.count() == sum(report["class_counts_after"].values())

@@ -470,3 +470,16 @@ def common_repo():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[2]
+
+
+def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
+    """Passes are not re-added: a header per file, one count by file and reason, the two
+    writes and the profile's two aggregations (AQE runs each shuffle as a job of its own);
+    the written rows are checked from the Parquet footers, not read back."""
+    from tests.spark_jobs.job_count import spark_jobs
+
+    src = land(tmp_path, CSV)
+    p = params(stats_kinds={"amount": "numeric", "kind": "categorical"})
+    report, jobs = spark_jobs(spark, lambda: validate.run(spark, [src], f"file://{tmp_path}/out", p))
+    assert (report["rows_out"], report["rows_quarantined"]) == (3, 3)
+    assert len(jobs) <= 11, "\n".join(jobs)
