@@ -160,17 +160,7 @@ def build_dag(spec: DatasetSpec) -> DAG:
         )
         spec_path = str(spec.path)
         fused = spec.data["spark"]["fuse_stages"]
-        if fused:
-            daily = [
-                SparkStageOperator(
-                    task_id=FUSED_DAILY_TASK, stages=DAILY_STAGES, spec_path=spec_path, overrides=overrides
-                )
-            ]
-        else:
-            daily = [
-                SparkStageOperator(task_id=stage, stage=stage, spec_path=spec_path, overrides=overrides)
-                for stage in DAILY_STAGES
-            ]
+        daily = _spark_tasks(DAILY_STAGES, FUSED_DAILY_TASK, fused, spec_path, overrides)
         window_cfg = spec.data["window"]
         wait_window = WindowSensor(
             task_id="wait_for_window",
@@ -184,28 +174,9 @@ def build_dag(spec: DatasetSpec) -> DAG:
         )
         drift = DriftCheckOperator(task_id="check_drift", spec_path=spec_path, overrides=overrides)
         # A successful export's event carries the partition date and manifest URI.
-        export_outlets = [export_asset(spec.name)]
-        if fused:
-            window = [
-                SparkStageOperator(
-                    task_id=FUSED_WINDOW_TASK,
-                    stages=WINDOW_STAGES,
-                    spec_path=spec_path,
-                    overrides=overrides,
-                    outlets=export_outlets,
-                )
-            ]
-        else:
-            window = [
-                SparkStageOperator(
-                    task_id=stage,
-                    stage=stage,
-                    spec_path=spec_path,
-                    overrides=overrides,
-                    outlets=export_outlets if stage == "export_shards" else [],
-                )
-                for stage in WINDOW_STAGES
-            ]
+        window = _spark_tasks(
+            WINDOW_STAGES, FUSED_WINDOW_TASK, fused, spec_path, overrides, outlets=[export_asset(spec.name)]
+        )
         handoff = GpuTrainingHandoffOperator(
             task_id="gpu_training_handoff", spec_path=spec_path, overrides=overrides
         )
@@ -213,6 +184,28 @@ def build_dag(spec: DatasetSpec) -> DAG:
         report = RunReportOperator(task_id="write_report", spec_path=spec_path, overrides=overrides)
         chain(wait, *daily, wait_window, drift, *window, handoff, report)
     return dag
+
+
+def _spark_tasks(
+    stages: tuple[str, ...],
+    fused_task_id: str,
+    fused: bool,
+    spec_path: str,
+    overrides: dict[str, str],
+    outlets: list | None = None,
+) -> list[SparkStageOperator]:
+    """A task per stage, or one task for all of them when fused; `outlets` on the last one."""
+    groups = [(fused_task_id, stages)] if fused else [(stage, (stage,)) for stage in stages]
+    return [
+        SparkStageOperator(
+            task_id=task_id,
+            **({"stages": group} if fused else {"stage": group[0]}),
+            spec_path=spec_path,
+            overrides=overrides,
+            outlets=(outlets or []) if i == len(groups) - 1 else [],
+        )
+        for i, (task_id, group) in enumerate(groups)
+    ]
 
 
 def build_train_dag(spec: DatasetSpec) -> DAG:
