@@ -47,6 +47,8 @@ class Knob:
     schema: dict[str, Any]
     doc: str
     form: FormField | None = None
+    # False: it changes how the tasks run, not what they write (left out of the config hash).
+    shapes_data: bool = True
 
 
 # Group -> knobs. A group is a spec section: `stages.<stage>` for stages, else top level.
@@ -171,12 +173,14 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             {"type": "integer", "minimum": 0, "maximum": 10},
             "how often Airflow retries a failed task of the dataset's DAGs (a killed stage, a lost "
             "NameNode or Spark master); refusals of bad input fail without retries",
+            shapes_data=False,
         ),
         Knob(
             "retry_delay_seconds",
             120,
             {"type": "integer", "minimum": 0, "maximum": 86400},
             "the wait before a retry",
+            shapes_data=False,
         ),
     ),
     "check_drift": (
@@ -503,6 +507,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "Spark's (log4j2 root) level in the stages' task logs; `INFO` brings back Spark's "
             "progress lines; lakeprep's own lines stay at INFO (docs/PIPELINE.md#task-logs)",
             FormField("spark_log_level", "Spark log level", "Spark"),
+            shapes_data=False,
         ),
         # Not a form field: it changes the DAG's tasks, which are fixed when the DAG is parsed.
         Knob(
@@ -512,6 +517,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "run the daily stages in one spark-submit (task `prepare_day`) and the window stages in "
             "another (`fit_and_export`): fewer JVM start-ups for small partitions, the same outputs; "
             "a retry reruns every stage of the task (docs/PIPELINE.md#fused-stages)",
+            shapes_data=False,
         ),
     ),
 }

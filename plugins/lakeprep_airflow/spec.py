@@ -36,8 +36,6 @@ FORMATS = ("csv", "json", "parquet")
 DAILY_STAGES = ("validate", "preprocess", "sample")
 WINDOW_STAGES = ("fit_transform", "export_shards")
 STAGES = (*DAILY_STAGES, *WINDOW_STAGES)  # the Spark stages, in pipeline order
-# `spark` knobs that change how the stages run, not what they write (left out of config_hash).
-RUN_ONLY_SPARK_KNOBS = ("log_level", "fuse_stages")
 
 _NAME = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"}
 _COLUMN = {
@@ -744,12 +742,15 @@ def stage_io(
 
 def config_hash(spec: DatasetSpec) -> str:
     """A stable fingerprint of everything that shapes the data (recorded in the manifest)."""
-    # How much Spark logs and how the stages are submitted shape no data: a run at INFO,
-    # or with its stages fused, exports what a run at WARN with separate stages does.
-    # Nor do the tasks' retries.
-    data = {k: v for k, v in spec.data.items() if k not in ("spark", "tasks")}
-    spark = {k: v for k, v in spec.data.get("spark", {}).items() if k not in RUN_ONLY_SPARK_KNOBS}
-    if spark:
-        data["spark"] = spark
+    # Knobs declared with `shapes_data=False` (how much Spark logs, fused stages, retries)
+    # are left out: a run at INFO, fused, retried, exports what the defaults export.
+    data = dict(spec.data)
+    for group in knobs.TOP_LEVEL_GROUPS:
+        run_only = {k.name for k in knobs.KNOBS[group] if not k.shapes_data}
+        kept = {k: v for k, v in data.get(group, {}).items() if k not in run_only}
+        if kept:
+            data[group] = kept
+        else:
+            data.pop(group, None)
     payload = json.dumps(data, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()
