@@ -98,3 +98,15 @@ def test_no_values(spark):
     m = exact_moments(df, {"x": df.x, "y": df.x * 2})
     assert m["x"].count == 0 and m["x"].mean is None and m["x"].variance is None
     assert exact_moments(df, {}) == {}
+
+
+def test_a_group_too_large_for_exact_long_sums_fails_loudly(spark, monkeypatch):
+    """The limbs' LONG sums are exact below MAX_GROUP_ROWS values of one exponent; past it the
+    driver refuses rather than returning a wrapped sum."""
+    from lakeprep_jobs import exact_sums
+
+    monkeypatch.setattr(exact_sums, "MAX_GROUP_ROWS", 3)
+    df = spark.createDataFrame([(1.5,), (1.25,), (1.75,)], "x double")  # one exponent, three values
+    with pytest.raises(OverflowError, match="'x'.*one binary exponent"):
+        exact_moments(df, {"x": df["x"]})
+    assert exact_moments(df.limit(2), {"x": df["x"]})["x"].count == 2
