@@ -29,6 +29,8 @@ docs/MANIFEST.md for the format and the guarantees:
   one), so a trainer on 1, 2, 3, 4, 6 or 12 ranks reads whole shards, one rank per file.
 - One Parquet file per shard (zstd), row counts verified by reading the footers back,
   sha256 computed on the executors (`binaryFile` source), then the manifest last.
+- A shard's row groups hold whole batches, about `row_group_mb` of decoded rows each
+  (`row_group_rows`), so the trainer reads the next group while it converts this one.
 - Reproducible bytes: the same rows give the same shard files in every run. Spark's
   Parquet writer lists a column's encodings in a per-JVM order; each shard gets a
   canonical footer (`lakeprep_jobs.parquet_footer`). A source partition's fingerprint
@@ -73,7 +75,7 @@ class ExportParams:
     target_shard_mb: float
     remainder: str
     window: dict[str, list[str]] = dataclasses.field(default_factory=dict)
-    row_group_mb: float = 8
+    row_group_mb: float = 8  # MiB of decoded rows per Parquet row group (`row_group_rows`)
     balance: balance.BalanceParams = dataclasses.field(default_factory=balance.BalanceParams)
 
     def __post_init__(self) -> None:
@@ -133,6 +135,21 @@ def plan_split(rows_available: int, bytes_estimate: float, p: ExportParams) -> S
         steps_per_rank=math.ceil(per_rank / p.batch_size),
         shards_per_rank=shards_per_rank,
     )
+
+
+def row_group_rows(width: int, p: ExportParams) -> int:
+    """Rows per Parquet row group: whole batches, about ``row_group_mb`` of decoded rows, at least one batch.
+
+    The trainer converts a row group while its reader thread decodes the next one
+    (`lakeprep_train.dataset`), so a shard needs several; whole batches let a rank that
+    starts at a group boundary cut its batches without copying rows across groups. Sized
+    like shards, by the rows' decoded width (`row_bytes`), and bounded by a row count
+    (parquet-java's `parquet.block.row.count.limit`): `parquet.block.size` bounds the
+    encoded, compressed bytes the writer buffers, several times fewer than the decoded
+    ones, so an 8 MB block made a 367,532-row train shard a single row group.
+    """
+    batches = int(p.row_group_mb * (1 << 20)) // (width * p.batch_size)
+    return max(1, batches) * p.batch_size
 
 
 def number_rows(df: DataFrame) -> DataFrame:
@@ -339,9 +356,16 @@ def load_transform(spark: SparkSession, uri: str) -> tuple[dict[str, Any], str]:
 
 
 def write_split(
-    spark: SparkSession, df: DataFrame, split: str, plan: SplitPlan, staging: str, p: ExportParams
+    spark: SparkSession,
+    df: DataFrame,
+    split: str,
+    plan: SplitPlan,
+    staging: str,
+    p: ExportParams,
+    group_rows: int,
 ) -> list[dict[str, Any]]:
-    """Write one split's shards as `shards/<split>/shard-NNNNN.parquet`; return their entries."""
+    """Write one split's shards as `shards/<split>/shard-NNNNN.parquet`, in row groups of
+    ``group_rows`` rows (the last of a shard fewer); return their entries."""
     from pyspark.sql import functions as F
 
     if plan.rows == 0:
@@ -355,7 +379,10 @@ def write_split(
         .select(*shard_columns(assigned), "_shard")
         .write.mode("overwrite")
         .option("compression", "zstd")
-        .option("parquet.block.size", int(p.row_group_mb * (1 << 20)))
+        # parquet-java (1.13+) ends a row group at this many rows (ParquetOutputFormat's
+        # BLOCK_ROW_COUNT_LIMIT; Spark passes writer options to its Hadoop conf). Its byte
+        # bound, `parquet.block.size`, stays at its 128 MB default, far above such a group.
+        .option("parquet.block.row.count.limit", group_rows)
         .partitionBy("_shard")
         .parquet(tmp)
     )
@@ -516,6 +543,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     rows_in = sum(counts.values())
     features = feature_schema(transform)
     width = row_bytes(features)
+    group_rows = row_group_rows(width, p)
     classes = [str(c) for c in p.label_classes]
     natural = {s: {c: counts.get((s, c), 0) for c in classes} for s in SPLITS}
     frames = split_frames(window, natural, transform, p)
@@ -541,7 +569,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
                     f"world_size {p.world_size}; every rank needs at least one row "
                     f"(widen window.days or the sample fractions)"
                 )
-            shards = write_split(spark, frames[split], split, plan, staging, p)
+            shards = write_split(spark, frames[split], split, plan, staging, p, group_rows)
             splits[split] = {
                 "rows": plan.rows,
                 "rows_available": available,

@@ -265,6 +265,31 @@ def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tm
     assert loaded.split("train").plan.rows_per_rank == 3
 
 
+def test_shards_are_written_in_row_groups_of_whole_batches(spark, tmp_path):
+    """Row groups bounded by rows, not by the writer's buffered bytes: whole batches but the last."""
+    days = [("2013-01-02", day_rows("2013-01-02", 40, 12, 12)), (DAY_3, day_rows(DAY_3, 30, 12, 12))]
+    inputs = [land_day(spark, tmp_path, d, rows) for d, rows in days]
+    out_dir, _ = export(spark, tmp_path, inputs, batch_size=4, row_group_mb=1e-9)  # a batch a group
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    assert len(train["shards"]) == 2 and train["plan"]["rows_per_rank"] == 35
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            meta = pq.read_metadata(out_dir / shard["path"])
+            groups = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+            whole, last = divmod(shard["rows"], 4)
+            assert groups == [4] * whole + ([last] if last else []), shard["path"]
+    assert verify_shards(load_manifest(str(out_dir / "manifest.json"))) == []
+
+
+def test_row_groups_are_whole_batches_of_about_row_group_mb_decoded():
+    p = params(batch_size=256, row_group_mb=8)
+    assert export_shards.row_group_rows(112, p) == 292 * 256  # 8 MiB of 112-byte rows: 292 batches
+    assert export_shards.row_group_rows(1 << 20, p) == 256  # wider than a group: still one batch
+    assert export_shards.row_group_rows(64, params(batch_size=4, row_group_mb=12 * 64 / MIB)) == 12
+    assert export_shards.row_group_rows(112, params(batch_size=1, row_group_mb=1)) == MIB // 112
+
+
 def test_every_split_gets_the_one_transform(spark, tmp_path):
     inputs = window(spark, tmp_path)
     out_dir, _ = export(spark, tmp_path, inputs)

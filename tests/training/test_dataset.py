@@ -1,13 +1,18 @@
 from __future__ import annotations
 
 import collections
+import gc
 import json
 import math
+import threading
+import time
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 
+from lakeprep_train import dataset
 from lakeprep_train.dataset import RankBatches, ShardSpan, plan_rank, split_batches
 from lakeprep_train.manifest import load_manifest
 
@@ -100,6 +105,92 @@ def test_an_out_of_range_id_is_named(tmp_path, copied_export, edit_manifest):
     manifest = load_manifest(str(copied_export))
     with pytest.raises(ValueError, match=r"categorical 'cat__c': id \d is outside \[0, cardinality=3\)"):
         list(RankBatches(manifest, "train", 0))
+
+
+def corrupt_shard(manifest_path, shard: str, column: str, row: int, value) -> None:
+    """Rewrite one value of a shard in place, keeping its row groups of 40 rows."""
+    path = manifest_path.parent / "shards" / "train" / shard
+    rows = pq.read_table(path).to_pylist()
+    rows[row][column] = value
+    table = pa.Table.from_pylist(rows, schema=pq.read_schema(path))
+    pq.write_table(table, path, row_group_size=40, compression="zstd")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("num__x", float("nan"), r"numeric column\(s\) \['num__x'\] hold NaN or infinity"),
+        ("num__x", float("-inf"), r"numeric column\(s\) \['num__x'\] hold NaN or infinity"),
+        ("cat__c", -1, r"categorical 'cat__c': id -1 is outside \[0, cardinality=8\)"),
+        ("cat__c", 8, r"categorical 'cat__c': id 8 is outside \[0, cardinality=8\)"),
+        ("txt__t", [1, 2, 16, 0], r"text 'txt__t': id 16 is outside \[0, vocab_size=16\)"),
+        ("label", 7, r"label value 7 is not in label.classes \[0, 1\]"),
+    ],
+)
+def test_a_corrupt_value_fails_naming_the_shard_and_column(copied_export, column, value, message):
+    # Row 50 is in the shard's second row group, read by the background threads after
+    # batches of the first shards were handed out: the error still reaches the consumer.
+    corrupt_shard(copied_export, "shard-00002.parquet", column, 50, value)
+    manifest = load_manifest(str(copied_export))
+    assert pq.read_metadata(manifest.split("train").shards[2].location).num_row_groups == 3
+    with pytest.raises(
+        ValueError, match=r"splits.train rank 0 shard shards/train/shard-00002.parquet: " + message
+    ):
+        list(RankBatches(manifest, "train", 0, world_size=1))
+
+
+def test_finite_numerics_whose_sum_overflows_float32_still_read(copied_export):
+    for row in range(4):
+        corrupt_shard(copied_export, "shard-00000.parquet", "num__x", row, 3e38)
+    manifest = load_manifest(str(copied_export))
+    first = next(iter(RankBatches(manifest, "train", 0, world_size=1)))
+    assert first.numeric[:4, 0].tolist() == [pytest.approx(3e38)] * 4
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 3])
+def test_batches_are_the_same_with_or_without_the_background_threads(export_odd, prefetch):
+    manifest = load_manifest(str(export_odd))
+    reference = epoch_ids(
+        RankBatches(manifest, "train", 0, shuffle=True, seed=2, with_ids=True, prefetch=0), 1
+    )
+    data = RankBatches(manifest, "train", 0, shuffle=True, seed=2, with_ids=True, prefetch=prefetch)
+    assert epoch_ids(data, 1) == reference
+    # A resumed epoch reads the same batches from its start step on.
+    data.set_epoch(1, start_step=3)
+    assert [list(batch.ids) for batch in data] == reference[3:]
+
+
+def reader_threads(before: set[threading.Thread], wait_s: float = 0.0) -> list[str]:
+    """Names of the reader's threads started since ``before`` that are alive (after up to ``wait_s``)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [t.name for t in set(threading.enumerate()) - before if t.name.startswith("lakeprep-")]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def test_a_consumer_that_stops_early_stops_the_threads(export_odd):
+    manifest = load_manifest(str(export_odd))
+    before = set(threading.enumerate())
+    batches = iter(RankBatches(manifest, "train", 0, prefetch=2))
+    next(batches)
+    assert sorted(reader_threads(before)) == ["lakeprep-prefetch", "lakeprep-read"]
+    batches.close()
+    assert reader_threads(before) == []
+    # An iterator dropped before its end stops its threads too (they do not hold it).
+    abandoned = iter(RankBatches(manifest, "train", 0, prefetch=2))
+    next(abandoned)
+    del abandoned
+    gc.collect()
+    assert reader_threads(before, wait_s=5) == []
+
+
+def test_prepared_items_cross_in_parts_and_in_order():
+    """What pin_memory takes (a copy per batch), here a marker: every item, in order."""
+    runs = iter([list(range(150)), [], list(range(150, 160))])
+    items = list(dataset._Background(runs, 2, lambda x: -x, "lakeprep-test"))
+    assert items == [-x for x in range(160)]  # 150 > PINNED_PART_BATCHES: several parts
 
 
 def test_split_batches_reads_every_rank(export_two_ranks):

@@ -25,19 +25,21 @@ of the files; the exporter makes the shard count a multiple of 12 where it can, 
 that 1, 2, 3, 4 and 6 ranks read whole shards (docs/MANIFEST.md).
 
 Shards are read row group by row group with pyarrow, converted to numpy in bulk (no
-per-row Python), and a background thread keeps the next batches ready in a bounded
-queue so the training loop does not wait on I/O.
+per-row Python) and cut into batch views without copies. Two background threads keep
+the training loop from waiting: one decodes the next row group while the other
+converts and checks this one and hands its batches over, a run at a time, to a bounded
+queue. The exporter writes row groups of whole batches (docs/MANIFEST.md), several per
+shard, so that decoding and converting overlap.
 """
 
 from __future__ import annotations
 
-import itertools
+import collections
 import math
-import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -50,9 +52,10 @@ from lakeprep_train import storage
 from lakeprep_train.manifest import rows_per_rank_for
 
 if TYPE_CHECKING:
-    from lakeprep_train.manifest import Manifest, Shard, Split
+    from lakeprep_train.manifest import Manifest, Split
 
 _Block = dict[str, np.ndarray]  # one chunk of rows: tensor name -> numpy array
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -93,6 +96,8 @@ class FeatureLayout:
         self.text = manifest.features_with_role("text")
         self.label = manifest.label.name
         self.classes = np.asarray(manifest.label.classes, dtype=np.int64)
+        self._class_of = _class_lookup(self.classes)
+        self._classes_are_indices = self.classes.tolist() == list(range(len(self.classes)))
         # Text features of different lengths share one tensor: shorter ones are padded
         # with id 0, which the model's EmbeddingBag(padding_idx=0) ignores.
         self.text_length = max((f.length for f in self.text), default=0)
@@ -102,27 +107,40 @@ class FeatureLayout:
         return [*(["id"] if with_ids else []), self.label, *names]
 
     def to_block(self, table: pa.Table, where: str) -> _Block:
-        """Convert a row group to numpy, checking what the contract promises."""
+        """Convert a row group to numpy, checking what the contract promises.
+
+        Each check is one pass, over the shard's own int32 column before it is widened
+        to int64 (contiguous and half the bytes), or over the whole numeric matrix at
+        once; only a failed check goes back over the columns to name the bad one. Every
+        matrix is written once: no zero fill before the copy.
+        """
         n = table.num_rows
         for name in table.column_names:
             if table.column(name).null_count:
                 raise ValueError(f"{where}: column {name!r} has nulls; the manifest contract has none")
-        numeric = np.empty((n, len(self.numeric)), dtype=np.float32)
+        numeric = _empty((n, len(self.numeric)), np.float32)
         for j, f in enumerate(self.numeric):
             numeric[:, j] = table.column(f.name).to_numpy()
-        if not np.isfinite(numeric).all():
+        # A NaN or an infinity makes the sum non-finite, so one reduction (no mask) clears
+        # the matrix; a finite sum that overflows float32 only costs the exact check.
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = bool(np.isfinite(numeric.sum()))
+        if not finite:
             bad = [f.name for j, f in enumerate(self.numeric) if not np.isfinite(numeric[:, j]).all()]
-            raise ValueError(f"{where}: numeric column(s) {bad} hold NaN or infinity")
-        categorical = np.empty((n, len(self.categorical)), dtype=np.int64)
+            if bad:
+                raise ValueError(f"{where}: numeric column(s) {bad} hold NaN or infinity")
+        categorical = _empty((n, len(self.categorical)), np.int64)
         for j, f in enumerate(self.categorical):
-            categorical[:, j] = table.column(f.name).to_numpy()
-            _check_ids(categorical[:, j], f.cardinality, f"{where}: categorical {f.name!r}", "cardinality")
-        text = np.zeros((n, len(self.text), self.text_length), dtype=np.int64)
+            ids = table.column(f.name).to_numpy()
+            _check_ids(ids, f.cardinality, f"{where}: categorical {f.name!r}", "cardinality")
+            categorical[:, j] = ids
+        text = _empty((n, len(self.text), self.text_length), np.int64)
         for j, f in enumerate(self.text):
-            text[:, j, : f.length] = _token_matrix(
-                table.column(f.name), n, f.length, f"{where}: text {f.name!r}"
-            )
-            _check_ids(text[:, j, : f.length], f.vocab_size, f"{where}: text {f.name!r}", "vocab_size")
+            at = f"{where}: text {f.name!r}"
+            tokens = _token_matrix(table.column(f.name), n, f.length, at)
+            _check_ids(tokens, f.vocab_size, at, "vocab_size")
+            text[:, j, : f.length] = tokens
+            text[:, j, f.length :] = 0
         block: _Block = {
             "numeric": numeric,
             "categorical": categorical,
@@ -134,6 +152,15 @@ class FeatureLayout:
         return block
 
     def _class_index(self, values: np.ndarray, where: str) -> np.ndarray:
+        lookup = self._class_of
+        if lookup is not None and values.dtype.kind in "iu":
+            if not values.size or int(_unsigned(values).max()) < lookup.size:
+                if self._classes_are_indices:  # classes [0, 1, ...]: a value is its index
+                    return values.astype(np.int64)
+                # One gather through the table; -1 marks a value that is not a class.
+                index = lookup[values]
+                if not values.size or int(index.min()) >= 0:
+                    return index
         values = values.astype(np.int64, copy=False)
         order = np.argsort(self.classes)
         sorted_classes = self.classes[order]
@@ -147,15 +174,45 @@ class FeatureLayout:
         return order[pos]
 
 
-def _check_ids(ids: np.ndarray, limit: int | None, where: str, field: str) -> None:
+def _empty(shape: tuple[int, ...], dtype: type[np.generic]) -> np.ndarray:
+    """An uninitialised array in Arrow's memory pool (mimalloc or jemalloc), writable.
+
+    A block's matrices are megabytes: glibc gives such blocks back to the kernel when they
+    are freed, so each new block page-faults afresh and the kernel zeroes every page
+    (6,700 faults and 7 ms of about 100 per pass over the 1 M-row export's shards). The
+    pool keeps freed memory for the next block. The array keeps its buffer alive.
+    """
+    itemsize = np.dtype(dtype).itemsize
+    return np.frombuffer(pa.allocate_buffer(math.prod(shape) * itemsize), dtype=dtype).reshape(shape)
+
+
+def _class_lookup(classes: np.ndarray) -> np.ndarray | None:
+    """Label value -> class index (-1: not a class), when the classes are small non-negative ints."""
+    if not classes.size or classes.min() < 0 or classes.max() >= 1 << 16:
+        return None
+    lookup = np.full(int(classes.max()) + 1, -1, dtype=np.int64)
+    lookup[classes[::-1]] = np.arange(classes.size)[::-1]  # a repeated class: its first index
+    return lookup
+
+
+def _unsigned(values: np.ndarray) -> np.ndarray:
+    # Read as unsigned, a negative integer is larger than any bound: one max() checks both ends.
+    return values.view(f"u{values.dtype.itemsize}")
+
+
+def _check_ids(ids: np.ndarray, limit: int, where: str, field: str) -> None:
     # An out-of-range id is an obscure device-side assert inside nn.Embedding on CUDA.
-    if ids.size and (ids.min() < 0 or ids.max() >= limit):
-        bad = int(ids.max() if ids.max() >= limit else ids.min())
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"{where}: expected int32 ids, got {ids.dtype}")
+    if ids.size and int(_unsigned(ids).max()) >= limit:
+        low, high = int(ids.min()), int(ids.max())
+        bad = high if high >= limit else low
         raise ValueError(f"{where}: id {bad} is outside [0, {field}={limit})")
 
 
 def _token_matrix(column: pa.ChunkedArray, n: int, length: int, where: str) -> np.ndarray:
-    array = column.combine_chunks()
+    # A row group is read as one chunk; combine_chunks would copy even that one.
+    array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     if not (
         pa.types.is_list(array.type)
         or pa.types.is_large_list(array.type)
@@ -174,6 +231,13 @@ def _token_matrix(column: pa.ChunkedArray, n: int, length: int, where: str) -> n
     if values.size != n * length:
         raise ValueError(f"{where}: expected {n} x {length} ids, got {values.size}")
     return values.reshape(n, length)
+
+
+_TENSORS = ("numeric", "categorical", "text", "label")
+
+
+def _length(block: _Block) -> int:
+    return len(block["label"])
 
 
 def _concat(blocks: list[_Block]) -> _Block:
@@ -196,51 +260,59 @@ def _to_batch(block: _Block) -> Batch:
     )
 
 
-def read_blocks(
-    shards: Iterable[Shard],
-    layout: FeatureLayout,
-    *,
-    with_ids: bool = False,
-    rng: np.random.Generator | None = None,
-    where: str = "",
-) -> Iterator[_Block]:
-    """Row groups of ``shards`` in order, as numpy blocks; ``rng`` shuffles within a shard."""
-    columns = layout.columns(with_ids)
-    for shard in shards:
-        at = f"{where} shard {shard.path}".strip()
-        try:
-            with storage.open_input(shard.location) as f:
-                parquet = pq.ParquetFile(f)
-                groups = np.arange(parquet.num_row_groups)
-                if rng is not None:
-                    groups = rng.permutation(groups)
-                for group in groups:
-                    block = layout.to_block(parquet.read_row_group(int(group), columns=columns), at)
-                    if rng is not None:
-                        block = _rows(block, rng.permutation(len(block["label"])))
-                    yield block
-        except (OSError, pa.ArrowException) as err:
-            raise ValueError(f"{at}: cannot read {shard.location}: {err}") from err
+def _split(block: _Block, batch_size: int) -> list[Batch]:
+    """``block`` as batches of ``batch_size`` rows (the last may be short): views, no copies.
+
+    One ``torch.split`` per tensor cuts all of a block's batches at once, rather than
+    four slices and ``from_numpy`` calls per batch.
+    """
+    parts = [torch.split(torch.from_numpy(block[key]), batch_size) for key in _TENSORS]
+    ids = block.get("ids")
+    return [
+        Batch(
+            numeric=numeric,
+            categorical=categorical,
+            text=text,
+            label=label,
+            ids=None if ids is None else ids[k * batch_size : (k + 1) * batch_size],
+        )
+        for k, (numeric, categorical, text, label) in enumerate(zip(*parts, strict=True))
+    ]
+
+
+def _batch_runs(blocks: Iterable[_Block], batch_size: int) -> Iterator[list[Batch]]:
+    """Re-cut blocks of any size into ``batch_size`` batches; the last may be short.
+
+    Yields the batches each block completes, as one list (a run): the background thread
+    hands a run to the consumer at once, one thread switch per run rather than per batch.
+    Only a batch that straddles two blocks is copied.
+    """
+    pending: _Block | None = None  # fewer than batch_size rows, waiting for the next block
+    for block in blocks:
+        n = _length(block)
+        run: list[Batch] = []
+        start = 0
+        if pending is not None:
+            start = min(n, batch_size - _length(pending))
+            pending = _concat([pending, _rows(block, slice(0, start))])
+            if _length(pending) == batch_size:
+                run.append(_to_batch(pending))
+                pending = None
+        stop = start + (n - start) // batch_size * batch_size
+        if stop > start:
+            run += _split(_rows(block, slice(start, stop)), batch_size)
+        if stop < n:
+            pending = _rows(block, slice(stop, n))
+        if run:
+            yield run
+    if pending is not None:
+        yield [_to_batch(pending)]
 
 
 def batch_blocks(blocks: Iterable[_Block], batch_size: int) -> Iterator[Batch]:
     """Re-cut blocks of any size into ``batch_size`` batches; the last may be short."""
-    pending: list[_Block] = []
-    pending_rows = 0
-    for block in blocks:
-        pending.append(block)
-        pending_rows += len(block["label"])
-        if pending_rows < batch_size:
-            continue
-        merged = _concat(pending)
-        start = 0
-        while pending_rows - start >= batch_size:
-            yield _to_batch(_rows(merged, slice(start, start + batch_size)))
-            start += batch_size
-        pending = [_rows(merged, slice(start, pending_rows))] if start < pending_rows else []
-        pending_rows -= start
-    if pending_rows:
-        yield _to_batch(_concat(pending))
+    for run in _batch_runs(blocks, batch_size):
+        yield from run
 
 
 class _Failure:
@@ -249,74 +321,130 @@ class _Failure:
 
 
 _END = object()
+# Pinned batches are handed over in parts of at most this many: pinning copies, so a part
+# bounds the pinned memory a run holds and lets the consumer start before a long run is done.
+PINNED_PART_BATCHES = 64
 
 
-def prefetch(batches: Iterator[Batch], depth: int, *, pin_memory: bool = False) -> Iterator[Batch]:
-    """Produce ``batches`` in a background thread, at most ``depth`` ahead of the consumer.
+def prefetch(runs: Iterator[list[Batch]], depth: int, *, pin_memory: bool = False) -> Iterator[Batch]:
+    """Produce the batches of ``runs`` in a background thread, ``depth`` or more ahead of the consumer.
 
     pyarrow's reads and numpy's copies release the GIL, so the thread overlaps I/O and
-    decoding with the training step. The thread starts at once, not at the first
+    decoding with the training step. Batches cross to the consumer a run at a time (a row
+    group's worth, views of one block: one thread switch per run, not per batch; pinned,
+    in parts of at most ``PINNED_PART_BATCHES``), and the thread waits while ``depth``
+    batches or more wait: when it keeps up, at least ``depth`` batches are ready, and
+    fewer than ``depth`` plus one run. The thread starts at once, not at the first
     ``next``: an iterator made before it is needed (the next epoch's, made while rank 0
     evaluates) is already reading. An error in the thread is raised in the consumer.
     """
     if depth <= 0:
-        return iter(batches)
-    return _Prefetched(batches, depth, pin_memory)
+        return (batch for run in runs for batch in run)
+    return _Background(runs, depth, Batch.pin_memory if pin_memory else None, "lakeprep-prefetch")
 
 
-class _Prefetched(Iterator[Batch]):
-    def __init__(self, batches: Iterator[Batch], depth: int, pin_memory: bool) -> None:
-        self._ready: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
+class _Channel:
+    """What a producer thread and its consumer share: parts of runs, at most ``depth`` items waiting.
+
+    The thread holds this, not the consumer's iterator, so an iterator dropped before its
+    end is still collected, and its ``__del__`` stops the thread.
+    """
+
+    def __init__(self, depth: int) -> None:
+        self.depth = max(1, depth)
+        self.parts: collections.deque = collections.deque()  # lists of items, then _END or _Failure
+        self.waiting = 0  # items in self.parts
+        self.changed = threading.Condition()
+        self.stop = threading.Event()
+
+    def offer(self, part: object, size: int) -> bool:
+        """Queue ``part`` once fewer than ``depth`` items wait; False once the consumer stopped."""
+        with self.changed:
+            while self.waiting >= self.depth and not self.stop.is_set():
+                self.changed.wait(timeout=0.1)  # a dropped iterator sets stop without notifying
+            if self.stop.is_set():
+                return False
+            self.parts.append(part)
+            self.waiting += size
+            self.changed.notify_all()
+        return True
+
+    def take(self) -> object:
+        with self.changed:
+            while not self.parts:
+                self.changed.wait()
+            part = self.parts.popleft()
+            if isinstance(part, list):
+                self.waiting -= len(part)
+            self.changed.notify_all()
+        return part
+
+    def close(self) -> None:
+        with self.changed:
+            self.stop.set()
+            self.changed.notify_all()
+
+
+def _produce(channel: _Channel, runs: Iterator[list[_T]], prepare: Callable[[_T], _T] | None) -> None:
+    try:
+        for run in runs:
+            parts: Iterable[list[_T]] = [run]
+            if prepare is not None:
+                parts = (
+                    [prepare(item) for item in run[start : start + PINNED_PART_BATCHES]]
+                    for start in range(0, len(run), PINNED_PART_BATCHES)
+                )
+            for part in parts:
+                if part and not channel.offer(part, len(part)):
+                    return
+        channel.offer(_END, 0)
+    except BaseException as err:  # handed to the consumer, which re-raises it
+        channel.offer(_Failure(err), 0)
+    finally:
+        close = getattr(runs, "close", None)
+        if close is not None:
+            close()
+
+
+class _Background(Iterator[_T]):
+    """The items of ``runs`` (lists), produced by a thread while the consumer takes them."""
+
+    def __init__(
+        self, runs: Iterator[list[_T]], depth: int, prepare: Callable[[_T], _T] | None, name: str
+    ) -> None:
+        self._channel = _Channel(depth)
+        self._current: collections.deque = collections.deque()  # the part being consumed
         self._done = False
         self._thread = threading.Thread(
-            target=self._produce, args=(batches, pin_memory), name="lakeprep-prefetch", daemon=True
+            target=_produce, args=(self._channel, runs, prepare), name=name, daemon=True
         )
         self._thread.start()
 
-    def _offer(self, item: object) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _produce(self, batches: Iterator[Batch], pin_memory: bool) -> None:
-        try:
-            for batch in batches:
-                if not self._offer(batch.pin_memory() if pin_memory else batch):
-                    return
-            self._offer(_END)
-        except BaseException as err:  # handed to the consumer, which re-raises it
-            self._offer(_Failure(err))
-        finally:
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
-
-    def __next__(self) -> Batch:
+    def __next__(self) -> _T:
+        if self._current:
+            return self._current.popleft()
         if self._done:
             raise StopIteration
-        item = self._ready.get()
-        if item is _END:
+        part = self._channel.take()
+        if part is _END:
             self.close()
             raise StopIteration
-        if isinstance(item, _Failure):
+        if isinstance(part, _Failure):
             self.close()
-            raise item.error
-        return item
+            raise part.error
+        self._current.extend(part)
+        return self._current.popleft()
 
     def close(self) -> None:
-        """Stop the reader thread (also when the consumer stops early)."""
+        """Stop the thread (also when the consumer stops early)."""
         self._done = True
-        self._stop.set()
+        self._current.clear()
+        self._channel.close()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
 
     def __del__(self) -> None:
-        self._stop.set()
+        self._channel.stop.set()
 
 
 @dataclass(frozen=True)
@@ -416,20 +544,23 @@ def plan_rank(
     )
 
 
-def read_spans(
+# One row group's rows as read: (where, the rows, their shuffled order or None).
+_Piece = tuple[str, pa.Table, np.ndarray | None]
+
+
+def _span_tables(
     split: Split,
     spans: Iterable[ShardSpan],
-    layout: FeatureLayout,
-    *,
-    with_ids: bool = False,
-    rng: np.random.Generator | None = None,
-    where: str = "",
-) -> Iterator[_Block]:
-    """The rows of ``spans`` as numpy blocks, reading only the row groups they overlap.
+    columns: list[str],
+    rng: np.random.Generator | None,
+    where: str,
+) -> Iterator[_Piece]:
+    """The row groups of ``spans`` as pyarrow tables, sliced to the spans: the I/O and decoding.
 
-    ``rng`` shuffles the row groups within a span and the rows within a row group.
+    ``rng`` draws the order of the row groups within a span and of the rows within each
+    row group here, in reading order, so that the order does not depend on which thread
+    converts the rows.
     """
-    columns = layout.columns(with_ids)
     for span in spans:
         shard = split.shards[span.index]
         at = f"{where} shard {shard.path}".strip()
@@ -455,12 +586,61 @@ def read_spans(
                     lo = max(span.start, int(starts[group])) - int(starts[group])
                     hi = min(span.stop, int(starts[group + 1])) - int(starts[group])
                     table = parquet.read_row_group(group, columns=columns).slice(lo, hi - lo)
-                    block = layout.to_block(table, at)
-                    if rng is not None:
-                        block = _rows(block, rng.permutation(len(block["label"])))
-                    yield block
+                    yield at, table, (rng.permutation(hi - lo) if rng is not None else None)
         except (OSError, pa.ArrowException) as err:
             raise ValueError(f"{at}: cannot read {shard.location}: {err}") from err
+
+
+def _blocks(pieces: Iterator[_Piece], layout: FeatureLayout) -> Iterator[_Block]:
+    """Convert and check each row group read (the CPU half of reading)."""
+    try:
+        for at, table, order in pieces:
+            block = layout.to_block(table, at)
+            yield block if order is None else _rows(block, order)
+    finally:
+        close = getattr(pieces, "close", None)
+        if close is not None:
+            close()
+
+
+def read_spans(
+    split: Split,
+    spans: Iterable[ShardSpan],
+    layout: FeatureLayout,
+    *,
+    with_ids: bool = False,
+    rng: np.random.Generator | None = None,
+    where: str = "",
+) -> Iterator[_Block]:
+    """The rows of ``spans`` as numpy blocks, reading only the row groups they overlap.
+
+    ``rng`` shuffles the row groups within a span and the rows within a row group.
+    """
+    return _blocks(_span_tables(split, spans, layout.columns(with_ids), rng, where), layout)
+
+
+def _batch_pipeline(
+    split: Split,
+    spans: Iterable[ShardSpan],
+    layout: FeatureLayout,
+    batch_size: int,
+    *,
+    with_ids: bool,
+    rng: np.random.Generator | None,
+    where: str,
+    read_ahead: bool,
+) -> Iterator[list[Batch]]:
+    """The batches of ``spans`` in runs (:func:`_batch_runs`).
+
+    With ``read_ahead`` a thread of its own reads the next row group while this one is
+    converted and cut (the caller's thread, normally :func:`prefetch`'s): pyarrow decodes
+    without the GIL, so reading and converting overlap. Shards are exported in row groups
+    of a bounded number of rows (docs/MANIFEST.md), so there are several to overlap.
+    """
+    pieces: Iterator[_Piece] = _span_tables(split, spans, layout.columns(with_ids), rng, where)
+    if read_ahead:
+        pieces = _Background(([piece] for piece in pieces), 1, None, "lakeprep-read")
+    return _batch_runs(_blocks(pieces, layout), batch_size)
 
 
 class RankBatches(IterableDataset):
@@ -558,28 +738,45 @@ class RankBatches(IterableDataset):
     def __iter__(self) -> Iterator[Batch]:
         plan = self.plan
         rng = np.random.default_rng([self.seed, self.epoch, self.rank]) if self.shuffle else None
-        blocks = read_spans(
-            self.split, plan.spans, self.layout, with_ids=self.with_ids, rng=rng, where=self.where
+        runs = _batch_pipeline(
+            self.split,
+            plan.spans,
+            self.layout,
+            plan.batch_size,
+            with_ids=self.with_ids,
+            rng=rng,
+            where=self.where,
+            read_ahead=self.prefetch_depth > 0,
         )
-        planned = self._hold_to_plan(batch_blocks(blocks, plan.batch_size), plan)
+        planned = self._hold_to_plan(runs, plan)
         skip, self.skip_steps = self.skip_steps, 0
         if skip:
-            planned = itertools.islice(planned, skip, None)
+            planned = _skip_batches(planned, skip)
         return prefetch(planned, self.prefetch_depth, pin_memory=self.pin_memory)
 
-    def _hold_to_plan(self, batches: Iterator[Batch], plan: RankPlan) -> Iterator[Batch]:
+    def _hold_to_plan(self, runs: Iterator[list[Batch]], plan: RankPlan) -> Iterator[list[Batch]]:
         rows = steps = 0
-        for batch in batches:
-            rows += len(batch)
-            steps += 1
+        for run in runs:
+            rows += sum(len(batch) for batch in run)
+            steps += len(run)
             if rows > plan.rows_per_rank:
                 raise ValueError(f"{self.where}: read more than the planned {plan.rows_per_rank} rows")
-            yield batch
+            yield run
         if rows != plan.rows_per_rank or steps != plan.steps_per_rank:
             raise ValueError(
                 f"{self.where}: read {rows} rows in {steps} steps, the plan for world size "
                 f"{plan.world_size} says {plan.rows_per_rank} rows in {plan.steps_per_rank} steps"
             )
+
+
+def _skip_batches(runs: Iterator[list[Batch]], count: int) -> Iterator[list[Batch]]:
+    """``runs`` without their first ``count`` batches."""
+    for run in runs:
+        if count >= len(run):
+            count -= len(run)
+            continue
+        yield run[count:]
+        count = 0
 
 
 def split_batches(
@@ -592,10 +789,14 @@ def split_batches(
 ) -> Iterator[Batch]:
     """Every shard of a split, all ranks' in manifest order: for evaluation on one process."""
     chosen = manifest.split(split)
-    blocks = read_blocks(
-        chosen.shards,
+    runs = _batch_pipeline(
+        chosen,
+        [ShardSpan(i, 0, shard.rows) for i, shard in enumerate(chosen.shards)],
         FeatureLayout(manifest),
+        batch_size or chosen.plan.batch_size,
         with_ids=with_ids,
+        rng=None,
         where=f"{manifest.location}: splits.{split}",
+        read_ahead=prefetch_depth > 0,
     )
-    return prefetch(batch_blocks(blocks, batch_size or chosen.plan.batch_size), prefetch_depth)
+    return prefetch(runs, prefetch_depth)
