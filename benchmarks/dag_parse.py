@@ -14,14 +14,23 @@ steadier than wall time on a loaded machine) and, from inside the child, the Dag
 `FileLoadStat.duration` (`dagbag_s`, what `airflow dags report` prints) and the
 serialization time. The lakeprep modules are not in the parent (the manager does not
 import them either), so every child imports them again, as in production.
+
+`gc_full_s` is the child's time in full (generation 2) garbage collections. The manager
+calls `gc.freeze()` once before its loop (manager.py `before_run`), so a child's full
+collection skips what the manager held then; the probe's parent freezes at the same point
+(before the pre-import). Without it a full collection in the child walks all ~200,000
+objects of the parent (~0.15 s of CPU), and whether one lands in the child depends on the
+parent's allocation counters, not on the DAG file.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,14 +40,47 @@ from benchmarks.measure import emit_result
 DAG_FILE = REPO / "dags" / "lakeprep_datasets.py"
 
 
-def _child(write_fd: int) -> None:
+FLOOR_FILE = REPO / "benchmarks" / "jobs" / "floor_dags.py"
+
+
+def dag_shapes() -> list[dict]:
+    """What Airflow sees of the DAG file's DAGs: ids, schedules, Params, task ids and edges
+    (the floor file rebuilds them from this, see benchmarks/jobs/floor_dags.py)."""
+    from airflow.dag_processing.dagbag import BundleDagBag
+
+    bag = BundleDagBag(
+        dag_folder=str(DAG_FILE), bundle_path=DAG_FILE.parent, bundle_name="dags-folder", load_op_links=False
+    )
+    if bag.import_errors:
+        raise RuntimeError(f"parsing {DAG_FILE} failed: {bag.import_errors}")
+    shapes = []
+    for dag in bag.dags.values():
+        schedule = dag.schedule if isinstance(dag.schedule, str) else None  # an Asset schedule: none
+        shapes.append(
+            {
+                "dag_id": dag.dag_id,
+                "schedule": schedule,
+                "params": {name: _param_shape(dag.params.get_param(name)) for name in dag.params},
+                "tasks": list(dag.task_dict),
+                "edges": [[t.task_id, d] for t in dag.tasks for d in sorted(t.downstream_task_ids)],
+            }
+        )
+    return shapes
+
+
+def _param_shape(param) -> dict:
+    return {"default": param.value, "description": param.description, "schema": param.schema}
+
+
+def _child(write_fd: int, dag_file: Path) -> None:
     import structlog
     from airflow.dag_processing.dagbag import BundleDagBag
     from airflow.dag_processing.processor import _serialize_dags
 
+    full_gc = _time_full_collections()
     start = time.perf_counter()
     bag = BundleDagBag(
-        dag_folder=str(DAG_FILE), bundle_path=DAG_FILE.parent, bundle_name="dags-folder", load_op_links=False
+        dag_folder=str(dag_file), bundle_path=dag_file.parent, bundle_name="dags-folder", load_op_links=False
     )
     parsed = time.perf_counter()
     serialized, errors = _serialize_dags(bag, structlog.get_logger())
@@ -48,17 +90,38 @@ def _child(write_fd: int) -> None:
         "dagbag_s": stat.duration.total_seconds(),
         "bag_s": parsed - start,
         "serialize_s": done - parsed,
+        "gc_full_s": sum(full_gc),
         "dags": len(serialized),
         "import_errors": {**bag.import_errors, **errors},
     }
     os.write(write_fd, json.dumps(payload).encode())
 
 
-def probe(reps: int, warmup: int) -> list[dict]:
+def _time_full_collections() -> list[float]:
+    """Seconds of each full garbage collection from now on in this process (a gc callback)."""
+    import gc
+
+    spent: list[float] = []
+    started: list[float] = []
+
+    def on_collect(phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif started:
+            spent.append(time.perf_counter() - started.pop())
+
+    gc.callbacks.append(on_collect)
+    return spent
+
+
+def probe(reps: int, warmup: int, dag_file: Path = DAG_FILE) -> list[dict]:
     import structlog
     from airflow.dag_processing.processor import _pre_import_airflow_modules
 
-    _pre_import_airflow_modules(str(DAG_FILE), structlog.get_logger())
+    gc.freeze()  # as the manager does before its loop (manager.py `before_run`), before any pre-import
+    _pre_import_airflow_modules(str(dag_file), structlog.get_logger())
     runs = []
     for i in range(warmup + reps):
         read_fd, write_fd = os.pipe()
@@ -68,7 +131,7 @@ def probe(reps: int, warmup: int) -> list[dict]:
             os.close(read_fd)
             code = 0
             try:
-                _child(write_fd)
+                _child(write_fd, dag_file)
             except BaseException as err:  # report, never fall back into the parent's loop
                 os.write(write_fd, json.dumps({"error": repr(err)}).encode())
                 code = 1
@@ -83,7 +146,7 @@ def probe(reps: int, warmup: int) -> list[dict]:
         wall = time.monotonic() - start
         result = json.loads(b"".join(chunks) or b"{}")
         if os.waitstatus_to_exitcode(status) != 0 or "error" in result or result.get("import_errors"):
-            raise RuntimeError(f"parsing {DAG_FILE} failed: {result}")
+            raise RuntimeError(f"parsing {dag_file} failed: {result}")
         if i >= warmup:
             runs.append(
                 {
@@ -115,9 +178,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--pipelines", required=True, help="LAKEPREP_PIPELINES_DIR for the parse")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument(
+        "--floor",
+        type=Path,
+        metavar="SHAPES_JSON",
+        help="parse the floor instead: the same DAGs' shape as EmptyOperators (written to SHAPES_JSON)",
+    )
     args = parser.parse_args(argv)
     os.environ["LAKEPREP_PIPELINES_DIR"] = args.pipelines
-    emit_result({"runs": probe(args.reps, args.warmup)})
+    if args.floor:
+        # The shape comes from a child, so that this parent holds no lakeprep module.
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                args.floor.write_text(json.dumps(dag_shapes()))
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f"could not read the DAGs' shape from {DAG_FILE} (traceback above)")
+        os.environ["LAKEPREP_BENCH_DAG_SHAPES"] = str(args.floor)
+        emit_result({"runs": probe(args.reps, args.warmup, FLOOR_FILE)})
+    else:
+        emit_result({"runs": probe(args.reps, args.warmup)})
 
 
 if __name__ == "__main__":

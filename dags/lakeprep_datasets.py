@@ -17,9 +17,24 @@ the window stages as another (`fit_and_export`), one spark-submit each.
 
 from __future__ import annotations
 
+# Named here so the DAG processor imports them once, in its long-lived parent, rather than in
+# the child it forks for every parse: `[dag_processor] parsing_pre_import_modules` (on by
+# default) imports the `airflow.*` modules a DAG file imports at its top level before the
+# fork (airflow/dag_processing/processor.py `_pre_import_airflow_modules`). The lakeprep
+# operators and sensors build on the first two (the Spark provider pulls in requests and
+# urllib3); Airflow's serializer imports the last two in every child to look for cross-DAG
+# dependencies (serialization/serialized_objects.py `_DependencyDetector`).
+import airflow.providers.apache.spark.operators.spark_submit  # noqa: F401
+import airflow.providers.standard.operators.trigger_dagrun  # noqa: F401
+import airflow.providers.standard.sensors.external_task  # noqa: F401
+import airflow.sdk.bases.sensor  # noqa: F401
+
 from lakeprep_airflow.dag_factory import build_dags
+from lakeprep_airflow.locations import cache_dir
 from lakeprep_airflow.spec import discover_specs, load_spec
 
 for _path in discover_specs():
-    for _dag in build_dags(load_spec(_path)):
+    # Expression checks passed before are not rerun at every parse (`load_spec`); a task
+    # that starts and `spec_check` run them all.
+    for _dag in build_dags(load_spec(_path, checks_cache=cache_dir())):
         globals()[_dag.dag_id] = _dag

@@ -2,10 +2,11 @@
 
 A spec is the single place where a dataset's facts live (where raw partitions land, the
 column contract and roles, reference tables, every stage's knobs). The DAG factory reads
-it at parse time (cheap: YAML + jsonschema, no I/O beyond the file) and each stage
-operator reads it again when it starts, so a spec edited between parse and run is
-re-validated before any Spark job sees it. Spark jobs never read the spec: they get the
-slice they need as `--params` JSON (see `stage_params`).
+it at parse time (cheap: YAML + jsonschema, and the sqlglot expression checks only for
+expressions not seen to pass before: `load_spec(checks_cache=...)`) and each stage
+operator reads it again when it starts, with every check, so a spec edited between parse
+and run is re-validated before any Spark job sees it. Spark jobs never read the spec:
+they get the slice they need as `--params` JSON (see `stage_params`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import copy
 import datetime as dt
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ import yaml
 
 from lakeprep_contracts import knobs, layout
 
+logger = logging.getLogger(__name__)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ROLES = ("id", "label", "numeric", "categorical", "text", "timestamp", "ignored")
 FEATURE_ROLES = ("numeric", "categorical", "text")
@@ -231,7 +234,7 @@ def _field_path(err: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in err.absolute_path) or "<top level>"
 
 
-def _validated(path: Path, raw: Any) -> DatasetSpec:
+def _validated(path: Path, raw: Any, checks_cache: Path | None = None) -> DatasetSpec:
     if not isinstance(raw, dict):
         raise SpecError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     data = _fill_defaults(raw)
@@ -243,11 +246,11 @@ def _validated(path: Path, raw: Any) -> DatasetSpec:
         lines = [f"{_field_path(e)}: {e.message}" for e in errors[:10]]
         raise SpecError(f"{path}: invalid dataset spec:\n  " + "\n  ".join(lines))
     spec = DatasetSpec(path=path, data=data)
-    _check_semantics(spec)
+    _check_semantics(spec, checks_cache)
     return spec
 
 
-def _check_semantics(spec: DatasetSpec) -> None:
+def _check_semantics(spec: DatasetSpec, checks_cache: Path | None = None) -> None:
     """What JSON Schema cannot say: unique names, exactly one id and label, typed raw columns."""
     where = spec.path
     seen: set[str] = set()
@@ -320,7 +323,7 @@ def _check_semantics(spec: DatasetSpec) -> None:
         raise SpecError(f"{where}: a scheduled dataset needs start_date (YYYY-MM-DD)")
     _check_source(spec)
     _check_time_zone(spec)
-    _check_expressions(spec)
+    _check_expressions_once(spec, checks_cache)
 
 
 def _check_sample_strata(spec: DatasetSpec, known: set[str]) -> None:
@@ -441,7 +444,74 @@ def _check_time_zone(spec: DatasetSpec) -> None:
         )
 
 
-def _check_expressions(spec: DatasetSpec) -> None:
+def _expression_inputs(spec: DatasetSpec) -> dict[str, Any]:
+    """All that `_check_expressions` reads of a spec: the names it resolves against and the
+    expressions, in order (so also what its cached outcome is keyed by)."""
+    return {
+        "raw_columns": [c["name"] for c in spec.data["columns"]],
+        "source_file": layout.SOURCE_FILE,
+        "derived": [[c["name"], c["expr"]] for c in spec.data["derived"]],
+        "references": [
+            [ref["name"], col["name"], col["expr"]]
+            for ref in spec.data.get("references", [])
+            for col in ref["columns"]
+            if "expr" in col
+        ],
+    }
+
+
+def _check_expressions_once(spec: DatasetSpec, checks_cache: Path | None) -> None:
+    """`_check_expressions`, skipped when `checks_cache` records that the same inputs passed.
+
+    The DAG processor forks a fresh child for every parse, and the check's first use of
+    sqlglot in a process (its import, dialect and parser set-up) is most of a parse's own
+    time (benchmarks/RESULTS.md (c)). So the DAG file passes a folder where a passed check
+    leaves an empty marker named by the hash of the check's inputs (`_expression_inputs`),
+    this module's source and the installed sqlglot (`_checks_code_version`): a spec, or
+    code, that changed is checked again; a failed check leaves nothing, so a broken spec
+    fails every parse. Tasks and `spec_check` pass no folder and run the check every time.
+    """
+    inputs = _expression_inputs(spec)
+    marker = None
+    if checks_cache is not None:
+        code = _checks_code_version()
+        if code is not None:
+            payload = json.dumps({"inputs": inputs, "code": code}, sort_keys=True)
+            marker = checks_cache / "spec-expressions" / hashlib.sha256(payload.encode()).hexdigest()
+            if marker.exists():
+                return
+    _check_expressions(spec.path, inputs)
+    if marker is not None:
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError as err:  # an unwritable cache costs time, not correctness
+            logger.debug("not recording the passed expression check of %s in %s: %s", spec.path, marker, err)
+
+
+@cache
+def _checks_code_version() -> str | None:
+    """What else decides the expression check: this module's source and the installed sqlglot
+    (None when either cannot be found: nothing is cached then).
+
+    sqlglot is named by where its package is and its `__init__.py`'s size and modification
+    time, which any reinstall changes: a stat, where `importlib.metadata.version` scans the
+    path for distributions (3 ms of a parse).
+    """
+    import importlib.util
+
+    found = importlib.util.find_spec("sqlglot")
+    if found is None or found.origin is None:
+        return None
+    try:
+        source = Path(__file__).read_bytes()
+        installed = os.stat(found.origin)
+    except OSError:
+        return None
+    return f"{hashlib.sha256(source).hexdigest()}/{found.origin}:{installed.st_size}:{installed.st_mtime_ns}"
+
+
+def _check_expressions(where: Path, inputs: dict[str, Any]) -> None:
     """Every `expr` parses as Spark SQL; derived ones also resolve and translate for serving.
 
     Derived columns are computed by Spark in `validate` and by DuckDB when serving (the
@@ -457,8 +527,6 @@ def _check_expressions(spec: DatasetSpec) -> None:
     from sqlglot import exp
     from sqlglot.errors import ErrorLevel, SqlglotError
 
-    where = spec.path
-
     def parsed(field: str, expr: str) -> exp.Expression:
         try:
             trees = [t for t in sqlglot.parse(expr, read="spark") if t is not None]
@@ -469,9 +537,9 @@ def _check_expressions(spec: DatasetSpec) -> None:
             raise SpecError(f"{where}: {field}: {expr!r} must be one expression, found {len(trees)}")
         return trees[0]
 
-    known = {c["name"] for c in spec.data["columns"]} | {layout.SOURCE_FILE}
-    for col in spec.data["derived"]:
-        field, expr = f"derived.{col['name']}", col["expr"]
+    known = {*inputs["raw_columns"], inputs["source_file"]}
+    for name, expr in inputs["derived"]:
+        field = f"derived.{name}"
         tree = parsed(field, expr)
         for kind, what in (
             (exp.Select, "a subquery"),
@@ -501,15 +569,19 @@ def _check_expressions(spec: DatasetSpec) -> None:
             raise SpecError(
                 f"{where}: {field}: {expr!r} does not translate to DuckDB for serving: {first}"
             ) from err
-        known.add(col["name"])
-    for ref in spec.data.get("references", []):
-        for col in ref["columns"]:
-            if "expr" in col:
-                parsed(f"references.{ref['name']}.columns.{col['name']}", col["expr"])
+        known.add(name)
+    for ref, name, expr in inputs["references"]:
+        parsed(f"references.{ref}.columns.{name}", expr)
 
 
-def load_spec(path: str | os.PathLike[str]) -> DatasetSpec:
-    """Read and validate one spec file. Raises SpecError naming the file and field."""
+def load_spec(path: str | os.PathLike[str], *, checks_cache: Path | None = None) -> DatasetSpec:
+    """Read and validate one spec file. Raises SpecError naming the file and field.
+
+    :param checks_cache: a folder where expression checks that passed are recorded, so the
+        same expressions under the same code are not checked again (`_check_expressions_once`:
+        for the DAG file, parsed in a fresh process every few seconds). Without it every
+        check runs.
+    """
     path = Path(path)
     try:
         # libyaml's C loader when present: the pure-Python one is ~10x slower at every parse.
@@ -518,7 +590,7 @@ def load_spec(path: str | os.PathLike[str]) -> DatasetSpec:
         raise SpecError(f"{path}: cannot read dataset spec: {err}") from err
     except yaml.YAMLError as err:
         raise SpecError(f"{path}: not valid YAML: {err}") from err
-    spec = _validated(path, raw)
+    spec = _validated(path, raw, checks_cache)
     if path.stem != spec.name:
         raise SpecError(f"{path}: file name must match name {spec.name!r} ({spec.name}.yaml)")
     return spec

@@ -252,3 +252,131 @@ def test_separate_stages_wait_on_the_sample_task():
     dag = build_dag(load_spec(REPO / "pipelines" / "flights.yaml"))
     assert dag.get_task("wait_for_window").sample_task_id == "sample"
     assert all(not dag.get_task(s).fused for s in SPARK_STAGES)
+
+
+def _parse_in_a_fresh_process(code: str, env: dict[str, str]) -> str:
+    """Run `code` after the DAG processor's pre-import of the DAG file; its last output line."""
+    prelude = (
+        "import sys, structlog\n"
+        "from airflow.dag_processing.processor import _pre_import_airflow_modules\n"
+        "dag_file = sys.argv[1]\n"
+        "_pre_import_airflow_modules(dag_file, structlog.get_logger())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", prelude + code, str(REPO / "dags" / "lakeprep_datasets.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=120,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_the_dag_file_names_the_airflow_modules_a_parse_imports():
+    # The DAG processor imports these once in its parent, not in every parse's child: what
+    # the operators build on, and what Airflow's serializer looks for in every DAG.
+    code = (
+        "from pathlib import Path\n"
+        "from airflow.dag_processing.dagbag import BundleDagBag\n"
+        "from airflow.dag_processing.processor import _serialize_dags\n"
+        "before = set(sys.modules)\n"
+        "bag = BundleDagBag(dag_folder=dag_file, bundle_path=Path(dag_file).parent, bundle_name='b')\n"
+        "assert not bag.import_errors and bag.dags, bag.import_errors\n"
+        "_serialize_dags(bag, structlog.get_logger())\n"
+        "named = ('airflow.providers.apache.spark', 'airflow.providers.standard', 'airflow.sdk.bases')\n"
+        "new = set(sys.modules) - before\n"
+        "print(sorted(m for m in new if m.startswith(named) or m in ('requests', 'urllib3')))\n"
+    )
+    assert _parse_in_a_fresh_process(code, os.environ.copy()) == "[]"
+
+
+def test_a_parse_after_the_first_does_not_check_expressions_again(tmp_path):
+    env = {**os.environ, "LAKEPREP_CACHE_DIR": str(tmp_path / "cache")}
+    code = (
+        "import runpy\n"
+        "dags = [k for k in runpy.run_path(dag_file) if k.startswith('lakeprep_')]\n"
+        "print(len(dags), 'sqlglot' in sys.modules)\n"
+    )
+    assert _parse_in_a_fresh_process(code, env) == "2 True"  # checked, and recorded
+    assert _parse_in_a_fresh_process(code, env) == "2 False"  # the next process finds the record
+
+
+def test_a_broken_expression_is_an_import_error_after_good_parses(tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    pipelines = tmp_path / "pipelines"
+    pipelines.mkdir()
+    spec = pipelines / "flights.yaml"
+    text = (REPO / "pipelines" / "flights.yaml").read_text()
+    spec.write_text(text)
+    shutil.copy(REPO / "dags" / "lakeprep_datasets.py", tmp_path / "lakeprep_datasets.py")
+    monkeypatch.setenv("LAKEPREP_PIPELINES_DIR", str(pipelines))
+    monkeypatch.setenv("LAKEPREP_CACHE_DIR", str(tmp_path / "cache"))
+    for _ in range(2):
+        assert DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py")).import_errors == {}
+    assert "arr_delay > 15" in text
+    spec.write_text(text.replace("arr_delay > 15", "arrival_delay > 15"))
+    for _ in range(2):
+        [error] = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py")).import_errors.values()
+        assert "flights.yaml" in error
+        assert "derived.delayed:" in error and "refers to ['arrival_delay']" in error
+
+
+def _probe_values(schema: dict) -> list:
+    keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+    bounds = [schema[k] for k in keys if k in schema]
+    near = [b + d for b in bounds for d in (-1, -0.5, 0, 0.5, 1)]
+    return [
+        *near,
+        *schema.get("enum", []),
+        *[str(v) for v in schema.get("enum", [])],
+        None,
+        True,
+        False,
+        0,
+        1,
+        0.5,
+        "",
+        "local ",
+        "2013-01-02",
+        "2013-02-30",
+        [],
+        {},
+    ]
+
+
+def test_trigger_form_params_are_draft_7_and_validate_as_2020_12_would(dagbag):
+    from jsonschema import Draft7Validator, Draft202012Validator, FormatChecker
+
+    from lakeprep_airflow.dag_factory import PARAM_SCHEMA_DRAFT, param_schema
+
+    for dag_id in ("lakeprep_flights", "lakeprep_flights_train"):
+        dag = dagbag.dags[dag_id]
+        for name in dag.params:
+            schema = dag.params.get_param(name).schema
+            assert schema["$schema"] == PARAM_SCHEMA_DRAFT, (dag_id, name)
+            plain = {k: v for k, v in schema.items() if k != "$schema"}
+            draft7 = Draft7Validator(schema, format_checker=FormatChecker())
+            draft2020 = Draft202012Validator(plain, format_checker=FormatChecker())
+            values = [dag.params[name], *_probe_values(plain)]
+            verdicts = {repr(v): (draft7.is_valid(v), draft2020.is_valid(v)) for v in values}
+            assert all(a == b for a, b in verdicts.values()), (dag_id, name, verdicts)
+            assert any(a for a, _ in verdicts.values()) and not all(a for a, _ in verdicts.values())
+    # A keyword whose meaning differs between the drafts is refused, not silently ignored.
+    with pytest.raises(ValueError, match=r"trigger form field x: schema keywords \['prefixItems'\]"):
+        param_schema("x", {"type": "array", "prefixItems": [{"type": "integer"}]})
+    with pytest.raises(ValueError, match=r"x\.items: schema keywords \['unevaluatedProperties'\]"):
+        param_schema("x", {"type": "array", "items": {"unevaluatedProperties": False}})
+
+
+def test_trigger_form_survives_serialization(dagbag):
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id in ("lakeprep_flights", "lakeprep_flights_train"):
+        dag = dagbag.dags[dag_id]
+        served = DagSerialization.from_dict(DagSerialization.to_dict(dag))
+        assert list(served.params) == list(dag.params)
+        for name in dag.params:
+            assert served.params.get_param(name).schema == dag.params.get_param(name).schema
+        assert served.params.validate() == {k: dag.params[k] for k in dag.params}

@@ -277,3 +277,70 @@ def test_sample_strata_of_label_and_a_feature_are_accepted(tmp_path):
 def test_selection_and_pca_settings_are_checked(tmp_path, fit, message):
     with pytest.raises(SpecError, match=message):
         load_spec(write_spec(tmp_path, lambda d: d["stages"]["fit_transform"].update(fit)))
+
+
+@pytest.fixture
+def counted_expression_checks(monkeypatch) -> list[Path]:
+    """The specs `_check_expressions` ran for, in order (it still runs)."""
+    ran: list[Path] = []
+    check = spec_mod._check_expressions
+
+    def counting(where, inputs):
+        ran.append(where)
+        check(where, inputs)
+
+    monkeypatch.setattr(spec_mod, "_check_expressions", counting)
+    return ran
+
+
+def test_a_checks_cache_skips_expression_checks_that_passed_before(tmp_path, counted_expression_checks):
+    cache = tmp_path / "cache"
+    first = load_spec(FLIGHTS, checks_cache=cache)
+    assert counted_expression_checks == [FLIGHTS]
+    assert [p.parent.name for p in cache.rglob("*") if p.is_file()] == ["spec-expressions"]
+    again = load_spec(FLIGHTS, checks_cache=cache)
+    assert counted_expression_checks == [FLIGHTS]  # recorded: not rerun
+    assert again.data == first.data
+    # Without a cache (tasks, spec_check) and for the overrides of a run, every check runs.
+    load_spec(FLIGHTS)
+    first.with_overrides({"stages.sample.seed": 3})
+    assert counted_expression_checks == [FLIGHTS] * 3
+
+
+def test_a_changed_expression_or_code_is_checked_again(tmp_path, monkeypatch, counted_expression_checks):
+    cache = tmp_path / "cache"
+    load_spec(FLIGHTS, checks_cache=cache)
+
+    def other_delay(d):
+        next(c for c in d["derived"] if c["name"] == "delayed")["expr"] = "CAST(arr_delay > 30 AS INT)"
+
+    changed = write_spec(tmp_path, other_delay)
+    load_spec(changed, checks_cache=cache)
+    assert counted_expression_checks == [FLIGHTS, changed]
+    # The same expressions under other code (this module, another sqlglot) are checked again.
+    monkeypatch.setattr(spec_mod, "_checks_code_version", lambda: "another sqlglot")
+    load_spec(FLIGHTS, checks_cache=cache)
+    assert counted_expression_checks == [FLIGHTS, changed, FLIGHTS]
+
+
+def test_a_broken_expression_fails_every_load_with_a_checks_cache(tmp_path, counted_expression_checks):
+    cache = tmp_path / "cache"
+
+    def unknown_column(d):
+        next(c for c in d["derived"] if c["name"] == "delayed")["expr"] = "CAST(arrival_delay > 15 AS INT)"
+
+    path = write_spec(tmp_path, unknown_column)
+    for _ in range(2):
+        with pytest.raises(SpecError, match=r"derived\.delayed: .* refers to \['arrival_delay'\]") as err:
+            load_spec(path, checks_cache=cache)
+        assert str(path) in str(err.value)
+    assert counted_expression_checks == [path, path]
+    assert not any(p.is_file() for p in cache.rglob("*"))  # nothing recorded for a failure
+
+
+def test_an_unusable_checks_cache_only_costs_the_check(tmp_path, counted_expression_checks):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("")
+    for _ in range(2):
+        assert load_spec(FLIGHTS, checks_cache=not_a_folder).name == "flights"
+    assert counted_expression_checks == [FLIGHTS, FLIGHTS]
