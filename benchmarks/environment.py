@@ -15,6 +15,12 @@ WORK = Path(os.environ.get("LAKEPREP_BENCH_DIR") or REPO / ".bench")
 SOURCE_DIRS = ("plugins", "spark_jobs", "training", "contracts")
 FLIGHTS_SPEC = REPO / "pipelines" / "flights.yaml"
 SPARK_MASTER = "local[2]"
+# The heap of every submission's driver JVM, which in local mode is also the only executor
+# (`SPARK_DRIVER_MEMORY`, read by spark-submit's launcher; the same for the floor, the
+# stages and the empty submission). Spark's 1 GiB default fails export_shards at 4 M rows
+# with OutOfMemoryError (a sort-based aggregation's spill readers) after the cached window
+# has pushed fit_transform into recomputing; 4 GiB leaves room for 16 M rows on 2 cores.
+DRIVER_MEMORY = "4g"
 
 
 def put_sources_on_path() -> None:
@@ -36,6 +42,7 @@ def child_env(**extra: str) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
         "AIRFLOW_CONN_SPARK_DEFAULT": f'{{"conn_type": "spark", "host": "{SPARK_MASTER}"}}',
+        "SPARK_DRIVER_MEMORY": DRIVER_MEMORY,
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join([str(REPO), *(str(REPO / d) for d in SOURCE_DIRS)]),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -117,4 +124,5 @@ def machine() -> dict[str, Any]:
             )
         },
         "spark_master": SPARK_MASTER,
+        "driver_memory": DRIVER_MEMORY,
     }

@@ -8,24 +8,27 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import dag_parse, generate, input_pipeline, report, single_node, spark_prep
+from benchmarks import dag_parse, day_profile, generate, input_pipeline, report, single_node, spark_prep
 from benchmarks.environment import REPO, WORK, child_env, machine
 from benchmarks.measure import child_result, run_child, summary
 
 FULL_ROWS = (1_000_000, 4_000_000, 16_000_000)
 QUICK_ROWS = (20_000,)
-PARTS = ("spark", "input", "parse", "single_node", "passes", "small")
-QUICK_PARTS = ("spark", "input", "parse", "single_node", "small")
-SCALE_PARTS = ("spark", "input", "single_node", "passes")  # measured at each of --rows
+PARTS = ("spark", "input", "parse", "single_node", "passes", "small", "profile")
+# `spark` runs the fused submissions too, so quick mode leaves `small` (the same code on a
+# 900-row day) out: the smoke check runs every code path once, not every size.
+QUICK_PARTS = ("spark", "input", "parse", "single_node")
+SCALE_PARTS = ("spark", "input", "single_node", "passes", "profile")  # measured at each of --rows
 # (e) A demo-sized day (`make demo`'s days hold about 900 flights): start-up against work.
 SMALL_DAY_ROWS = 900
-# pandas holds the whole partition several times over (strings as Python objects): at
-# 16 M rows that is beyond what a shared 24 GiB machine should be asked for.
-SINGLE_NODE_MAX_ROWS = 4_000_000
+# pandas holds the whole partition several times over (strings as Python objects): about
+# 1.4 GB at 1 M rows and 0.5 GB per million more, so 16 M rows (about 9.5 GB, over the 8 GiB
+# budget of measurement 3) still fits a 24 GiB machine; beyond it, skipped.
+SINGLE_NODE_MAX_ROWS = 16_000_000
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -52,8 +55,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--merge",
         type=Path,
         metavar="OTHER_JSON",
-        help="with --report-only: first add the parts OTHER_JSON measured that RESULTS_JSON lacks "
-        "(e.g. a separate `--only passes` run), naming its command in the report",
+        help="with --report-only: first put the parts OTHER_JSON measured into RESULTS_JSON, replacing "
+        "the same parts there (e.g. a separate `--only passes` run), naming its command in the report",
     )
     parser.add_argument("--out", type=Path, help="results folder (default benchmarks/; quick .bench/quick/)")
     args = parser.parse_args(argv)
@@ -71,22 +74,52 @@ def _log(message: str) -> None:
     print(f"[bench {dt.datetime.now():%H:%M:%S}] {message}", flush=True)
 
 
-def _spark(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
-    """Floor, stages and an empty submission per repetition, the order alternating."""
+def _rotate(
+    ways: dict[str, Callable[[Path], dict[str, Any]]], logs: Path, warmup: int, reps: int, label: str
+) -> list[dict[str, Any]]:
+    """Each way once per repetition, the order rotating, so that none always runs first or
+    after the same neighbour (page cache, JIT, the machine's load); the warm-ups discarded.
+    Returns the measured repetitions, each {way: what its callable returned for rep_logs}."""
+    names = list(ways)
     runs = []
     for i in range(warmup + reps):
-        label = "warm-up" if i < warmup else f"rep {i - warmup + 1}/{reps}"
-        order = ("floor", "stages", "empty") if i % 2 == 0 else ("stages", "floor", "empty")
+        rep = "warm-up" if i < warmup else f"rep {i - warmup + 1}/{reps}"
         run: dict[str, Any] = {}
-        for what in order:
-            _log(f"  spark {label}: {what}")
-            rep_logs = logs / f"run{i}"
-            if what == "floor":
-                run["floor"] = spark_prep.run_floor(lake, generate.DS, rep_logs)
-            elif what == "empty":
-                run["empty"] = spark_prep.run_empty(lake, generate.DS, rep_logs)
-            else:
-                run["stages"] = spark_prep.run_stages(lake, generate.DS, rep_logs)
+        for what in names[i % len(names) :] + names[: i % len(names)]:
+            _log(f"  {label} {rep}: {what}")
+            run[what] = ways[what](logs / f"run{i}")
+        if i >= warmup:
+            runs.append(run)
+    return runs
+
+
+def _row_counts(stages: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {st: {k: v for k, v in r.items() if k.startswith("rows_")} for st, r in stages.items()}
+
+
+def _fused_totals(run: dict[str, Any]) -> None:
+    """Add the fused submissions' sums to a repetition that ran `fused` and `stages`/`separate`."""
+    subs = run["fused"]["submissions"].values()
+    run["fused_s"] = round(sum(sub["wall_s"] for sub in subs), 3)
+    run["fused_cpu_s"] = round(sum(sub["cpu_s"] for sub in subs), 3)
+    run["fused_peak_rss_mb"] = max(sub["peak_rss_mb"] for sub in subs)
+    # Both ways must have prepared the same data: every stage's row accounting alike.
+    separate = run.get("stages") or run["separate"]
+    run["same_row_counts"] = _row_counts(separate) == run["fused"]["stages"]
+
+
+def _spark(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
+    """Floor, the five stages, the two fused submissions and an empty submission per
+    repetition, the order rotating."""
+    ds = generate.DS
+    ways = {
+        "floor": lambda rep_logs: spark_prep.run_floor(lake, ds, rep_logs),
+        "stages": lambda rep_logs: spark_prep.run_stages(lake, ds, rep_logs),
+        "fused": lambda rep_logs: spark_prep.run_fused(lake, ds, rep_logs),
+        "empty": lambda rep_logs: spark_prep.run_empty(lake, ds, rep_logs),
+    }
+    runs = _rotate(ways, logs, warmup, reps, "spark")
+    for run in runs:
         stages_s = sum(s["wall_s"] for s in run["stages"].values())
         run["staged_cpu_s"] = round(sum(s["cpu_s"] for s in run["stages"].values()), 3)
         run["cpu_ratio"] = round(run["staged_cpu_s"] / run["floor"]["cpu_s"], 3)
@@ -98,76 +131,71 @@ def _spark(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
         run["ratio_net_of_startup"] = (
             round((stages_s - len(spark_prep.STAGES) * startup) / net_floor, 3) if net_floor > 0 else None
         )
-        if i >= warmup:
-            runs.append(run)
+        _fused_totals(run)
+        run["fused_ratio"] = round(run["fused_s"] / run["floor"]["wall_s"], 3)
+        run["fused_cpu_ratio"] = round(run["fused_cpu_s"] / run["floor"]["cpu_s"], 3)
     stages = {
         st: {
             "wall_s": summary([r["stages"][st]["wall_s"] for r in runs]),
             "cpu_s": summary([r["stages"][st]["cpu_s"] for r in runs]),
             "peak_rss_mb": summary([r["stages"][st]["peak_rss_mb"] for r in runs]),
-            "rows_in": runs[-1]["stages"][st]["rows_in"],
-            "rows_out": runs[-1]["stages"][st]["rows_out"],
-            "rows_quarantined": runs[-1]["stages"][st]["rows_quarantined"],
+            **_row_counts(runs[-1]["stages"])[st],
         }
         for st in spark_prep.STAGES
     }
     net = [r["ratio_net_of_startup"] for r in runs if r["ratio_net_of_startup"] is not None]
+    keys = ("staged_s", "staged_peak_rss_mb", "ratio", "staged_cpu_s", "cpu_ratio")
+    fused_keys = ("fused_s", "fused_cpu_s", "fused_peak_rss_mb", "fused_ratio", "fused_cpu_ratio")
     return {
         "runs": runs,
         "floor_s": summary([r["floor"]["wall_s"] for r in runs]),
         "floor_peak_rss_mb": summary([r["floor"]["peak_rss_mb"] for r in runs]),
+        "floor_cpu_s": summary([r["floor"]["cpu_s"] for r in runs]),
         "empty_s": summary([r["empty"]["wall_s"] for r in runs]),
         "empty_peak_rss_mb": summary([r["empty"]["peak_rss_mb"] for r in runs]),
-        "staged_s": summary([r["staged_s"] for r in runs]),
-        "staged_peak_rss_mb": summary([r["staged_peak_rss_mb"] for r in runs]),
-        "ratio": summary([r["ratio"] for r in runs]),
-        "staged_cpu_s": summary([r["staged_cpu_s"] for r in runs]),
-        "floor_cpu_s": summary([r["floor"]["cpu_s"] for r in runs]),
         "empty_cpu_s": summary([r["empty"]["cpu_s"] for r in runs]),
-        "cpu_ratio": summary([r["cpu_ratio"] for r in runs]),
+        **{k: summary([r[k] for r in runs]) for k in (*keys, *fused_keys)},
         "ratio_net_of_startup": summary(net) if net else None,
+        "same_row_counts": all(r["same_row_counts"] for r in runs),
         "stages": stages,
     }
 
 
 def _small_day(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
-    """A small day three ways per repetition, the order rotating: the five stages as five
-    submissions, as the two fused ones (`spark.fuse_stages`), and one empty submission.
+    """A small day four ways per repetition, the order rotating: the five stages as five
+    submissions, as the two fused ones (`spark.fuse_stages`), the fused ones with each plan
+    run twice in its session, and one empty submission.
 
     The issue's target: a demo day's Spark time within 2x of one empty submission, i.e.
     the day's work and the start-ups beyond the first cost no more than one start-up.
+    *Warm* = twice - fused: the day's stages in a JVM that has run them once (the later
+    pass re-commits the same outputs), i.e. what a long-lived Spark session (a Spark
+    Connect server) would cost per day, less its per-request overhead.
     """
-    ways = ("separate", "fused", "empty")
-    runs = []
-    for i in range(warmup + reps):
-        label = "warm-up" if i < warmup else f"rep {i - warmup + 1}/{reps}"
-        run: dict[str, Any] = {}
-        for what in ways[i % 3 :] + ways[: i % 3]:
-            _log(f"  small day {label}: {what}")
-            rep_logs = logs / f"run{i}"
-            if what == "separate":
-                run["separate"] = spark_prep.run_stages(lake, generate.DS, rep_logs)
-            elif what == "fused":
-                run["fused"] = spark_prep.run_fused(lake, generate.DS, rep_logs)
-            else:
-                run["empty"] = spark_prep.run_empty(lake, generate.DS, rep_logs)
+    ds = generate.DS
+    ways = {
+        "separate": lambda rep_logs: spark_prep.run_stages(lake, ds, rep_logs),
+        "fused": lambda rep_logs: spark_prep.run_fused(lake, ds, rep_logs),
+        "twice": lambda rep_logs: spark_prep.run_fused(lake, ds, rep_logs, repeat=2),
+        "empty": lambda rep_logs: spark_prep.run_empty(lake, ds, rep_logs),
+    }
+    runs = _rotate(ways, logs, warmup, reps, "small day")
+    for run in runs:
         empty = run["empty"]["wall_s"]
         run["separate_s"] = round(sum(st["wall_s"] for st in run["separate"].values()), 3)
-        run["fused_s"] = round(sum(sub["wall_s"] for sub in run["fused"]["submissions"].values()), 3)
         run["separate_cpu_s"] = round(sum(st["cpu_s"] for st in run["separate"].values()), 3)
-        run["fused_cpu_s"] = round(sum(sub["cpu_s"] for sub in run["fused"]["submissions"].values()), 3)
+        _fused_totals(run)
+        # Each fused plan run twice in its session: the second pass is the day in a warm JVM.
+        twice = run["twice"]["submissions"].values()
+        run["warm_s"] = round(sum(sub["wall_s"] for sub in twice) - run["fused_s"], 3)
+        run["warm_cpu_s"] = round(sum(sub["cpu_s"] for sub in twice) - run["fused_cpu_s"], 3)
+        run["warm_vs_empty"] = round(run["warm_s"] / empty, 3)
+        run["warm_vs_fused"] = round(run["warm_s"] / run["fused_s"], 3)
         run["separate_vs_empty"] = round(run["separate_s"] / empty, 3)
         run["fused_vs_empty"] = round(run["fused_s"] / empty, 3)
         run["fused_vs_separate"] = round(run["fused_s"] / run["separate_s"], 3)
         run["separate_cpu_vs_empty"] = round(run["separate_cpu_s"] / run["empty"]["cpu_s"], 3)
         run["fused_cpu_vs_empty"] = round(run["fused_cpu_s"] / run["empty"]["cpu_s"], 3)
-        # Both ways must have prepared the same day: every stage's row accounting alike.
-        counts = {
-            st: {k: v for k, v in r.items() if k.startswith("rows_")} for st, r in run["separate"].items()
-        }
-        run["same_row_counts"] = counts == run["fused"]["stages"]
-        if i >= warmup:
-            runs.append(run)
     keys = (
         "separate_s",
         "fused_s",
@@ -178,6 +206,10 @@ def _small_day(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]
         "fused_vs_separate",
         "separate_cpu_vs_empty",
         "fused_cpu_vs_empty",
+        "warm_s",
+        "warm_cpu_s",
+        "warm_vs_empty",
+        "warm_vs_fused",
     )
     return {
         "runs": runs,
@@ -190,12 +222,8 @@ def _small_day(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]
 
 
 def _input(manifest: str, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
-    readers = list(input_pipeline.READERS)
-    runs = []
-    for i in range(warmup + reps):
-        run = {}
-        for reader in readers[i % len(readers) :] + readers[: i % len(readers)]:
-            _log(f"  input {'warm-up' if i < warmup else f'rep {i - warmup + 1}/{reps}'}: {reader}")
+    def reader_run(reader: str) -> Callable[[Path], dict[str, Any]]:
+        def measure(rep_logs: Path) -> dict[str, Any]:
             cmd = [
                 sys.executable,
                 "-m",
@@ -205,14 +233,18 @@ def _input(manifest: str, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
                 "--reader",
                 reader,
             ]
-            m = run_child(cmd, env=child_env(), log=logs / f"run{i}-{reader}.log", cwd=REPO)
-            run[reader] = {**child_result(m), "peak_rss_mb": m.peak_rss_mb}
+            m = run_child(cmd, env=child_env(), log=rep_logs / f"{reader}.log", cwd=REPO)
+            return {**child_result(m), "peak_rss_mb": m.peak_rss_mb}
+
+        return measure
+
+    readers = list(input_pipeline.READERS)
+    runs = _rotate({r: reader_run(r) for r in readers}, logs, warmup, reps, "input")
+    for run in runs:
         run["vs_floor"] = round(run["rank_batches"]["rows_per_s"] / run["pyarrow_floor"]["rows_per_s"], 3)
         run["vs_pandas"] = round(
             run["rank_batches"]["rows_per_s"] / run["pandas_dataloader"]["rows_per_s"], 3
         )
-        if i >= warmup:
-            runs.append(run)
     return {
         "runs": runs,
         "rows": runs[-1]["rank_batches"]["rows"],
@@ -224,12 +256,8 @@ def _input(manifest: str, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
 
 
 def _single_node(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
-    engines = list(single_node.ENGINES)
-    runs = []
-    for i in range(warmup + reps):
-        run = {}
-        for engine in engines if i % 2 == 0 else engines[::-1]:
-            _log(f"  single node {'warm-up' if i < warmup else f'rep {i - warmup + 1}/{reps}'}: {engine}")
+    def engine_run(engine: str) -> Callable[[Path], dict[str, Any]]:
+        def measure(rep_logs: Path) -> dict[str, Any]:
             out = WORK / "scratch" / f"single_node-{engine}"
             cmd = [
                 sys.executable,
@@ -242,10 +270,13 @@ def _single_node(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, An
                 "--out",
                 str(out),
             ]
-            m = run_child(cmd, env=child_env(), log=logs / f"run{i}-{engine}.log", cwd=REPO)
-            run[engine] = {**child_result(m), "wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb}
-        if i >= warmup:
-            runs.append(run)
+            m = run_child(cmd, env=child_env(), log=rep_logs / f"{engine}.log", cwd=REPO)
+            return {**child_result(m), "wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb}
+
+        return measure
+
+    engines = list(single_node.ENGINES)
+    runs = _rotate({e: engine_run(e) for e in engines}, logs, warmup, reps, "single node")
     return {
         "runs": runs,
         **{f"{e}_s": summary([r[e]["wall_s"] for r in runs]) for e in engines},
@@ -304,15 +335,23 @@ def _parse(logs: Path, reps: int) -> dict[str, Any]:
             "--warmup",
             "1",
         ]
-        m = run_child(
-            cmd, env=child_env(LAKEPREP_PIPELINES_DIR=str(folder)), log=logs / f"parse-{count}.log", cwd=REPO
-        )
+        env = child_env(LAKEPREP_PIPELINES_DIR=str(folder))
+        m = run_child(cmd, env=env, log=logs / f"parse-{count}.log", cwd=REPO)
         runs = child_result(m)["runs"]
+        # Airflow's floor: the same DAGs (tasks, edges, Params) as EmptyOperators, nothing of lakeprep.
+        _log(f"dag parse: the Airflow floor of the same {runs[0]['dags']} DAGs")
+        shapes = WORK / f"dag-shapes-{count}.json"
+        m = run_child(
+            [*cmd, "--floor", str(shapes)], env=env, log=logs / f"parse-{count}-floor.log", cwd=REPO
+        )
+        floor = child_result(m)["runs"]
+        keys = ("processor_s", "cpu_s", "dagbag_s", "serialize_s")
         out[str(count)] = {
             "specs": count,
             "dags": runs[0]["dags"],
             "runs": runs,
-            **{k: summary([r[k] for r in runs]) for k in ("processor_s", "cpu_s", "dagbag_s", "serialize_s")},
+            **{k: summary([r[k] for r in runs]) for k in keys},
+            "floor": {"runs": floor, **{k: summary([r[k] for r in floor]) for k in keys}},
         }
     return out
 
@@ -356,6 +395,15 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         data = generate.land(lake, args.small_rows, args.seed)
         results["small_day"] = {"data": data, **_small_day(lake, logs / "small", args.warmup, args.reps)}
         save()
+    if "profile" in args.only:
+        lake = WORK / "data" / f"flights-{args.small_rows}-s{args.seed}"
+        _log(f"profile of the small day, {args.small_rows} rows: data in {lake}")
+        data = generate.land(lake, args.small_rows, args.seed)
+        results["small_profile"] = {
+            "data": data,
+            "submissions": day_profile.run(lake, generate.DS, logs / "profile"),
+        }
+        save()
     for rows in args.rows if set(SCALE_PARTS) & set(args.only) else []:
         lake = WORK / "data" / f"flights-{rows}-s{args.seed}"
         _log(f"{rows} rows: data in {lake}")
@@ -371,6 +419,10 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             save()
         if "passes" in args.only:
             scale["passes"] = _passes(lake, scale_logs / "passes")
+            save()
+        if "profile" in args.only:
+            _log("  profile: py-spy + event log of the fused submissions")
+            scale["profile"] = {"submissions": day_profile.run(lake, generate.DS, scale_logs / "profile")}
             save()
         if "single_node" in args.only and rows <= args.single_node_max_rows:
             scale["single_node"] = _single_node(lake, scale_logs / "single_node", args.warmup, args.reps)
@@ -389,12 +441,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         results = json.loads(args.report_only.read_text())
         if args.merge:
             other = json.loads(args.merge.read_text())
+            # The other run's parts replace these (a part measured again is measured anew).
             for rows, scale in other["scales"].items():
-                target = results["scales"].setdefault(rows, {"data": scale["data"]})
-                for part, value in scale.items():
-                    target.setdefault(part, value)
-            for key in ("dag_parse", "small_day"):
-                if key in other and key not in results:
+                results["scales"].setdefault(rows, {}).update(scale)
+            results["scales"] = dict(sorted(results["scales"].items(), key=lambda kv: int(kv[0])))
+            for key in ("dag_parse", "small_day", "small_profile"):
+                if key in other:
                     results[key] = other[key]
             extra = f"{other['command']} ({other['started']}, parts {other['config']['parts']})"
             results.setdefault("extra_commands", [])

@@ -61,8 +61,13 @@ def stage_command(stage: str, lake_root: str, ds: str) -> tuple[list[str], str]:
     return op._get_hook()._build_spark_submit_command(op.application), output
 
 
-def fused_commands(lake_root: str, ds: str) -> list[tuple[tuple[str, ...], list[str], list[str]]]:
-    """(stages, spark-submit argv, each stage's output) of the fused daily and window tasks."""
+def fused_commands(
+    lake_root: str, ds: str, repeat: int = 1
+) -> list[tuple[tuple[str, ...], list[str], list[str]]]:
+    """(stages, spark-submit argv, each stage's output) of the fused daily and window tasks.
+
+    `repeat` > 1 runs the plan that many times in the one session (the later passes
+    re-commit the same outputs): what a day costs in a JVM that is already warm."""
     from lakeprep_airflow.operators.spark_stage import SparkStageOperator
     from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, load_spec
 
@@ -80,6 +85,9 @@ def fused_commands(lake_root: str, ds: str) -> list[tuple[tuple[str, ...], list[
         )
         op.prepare_submission(RUN_ID, window)
         cmd = op._get_hook()._build_spark_submit_command(op.application)
+        if repeat > 1:
+            at = cmd.index("--plan") + 1
+            cmd[at] = json.dumps(json.loads(cmd[at]) * repeat, separators=(",", ":"))
         out.append((stages, cmd, [call.output for call in op.stage_calls]))
     return out
 
@@ -143,13 +151,15 @@ def run_stages(lake: Path, ds: str, logs: Path, events: Path | None = None) -> d
     return out
 
 
-def run_fused(lake: Path, ds: str, logs: Path) -> dict[str, Any]:
+def run_fused(lake: Path, ds: str, logs: Path, repeat: int = 1) -> dict[str, Any]:
     """The five stages as the two fused submissions (`spark.fuse_stages`); per submission its
-    time and memory, per stage its row counts (from its report, as `run_stages` has them)."""
+    time and memory, per stage its row counts (from its report, as `run_stages` has them).
+    `repeat`: see `fused_commands`."""
     out: dict[str, Any] = {"submissions": {}, "stages": {}}
-    for stages, cmd, outputs in fused_commands(f"file://{lake}", ds):
+    for stages, cmd, outputs in fused_commands(f"file://{lake}", ds, repeat):
         name = "+".join(stages)
-        m = run_child(cmd, env=child_env(), log=logs / f"fused-{name}.log", cwd=REPO)
+        suffix = f"-x{repeat}" if repeat > 1 else ""
+        m = run_child(cmd, env=child_env(), log=logs / f"fused-{name}{suffix}.log", cwd=REPO)
         out["submissions"][name] = m.to_json()
         for stage, output in zip(stages, outputs, strict=True):
             report = _report(output)

@@ -117,20 +117,30 @@ def prepare(stage: Stage, argv: Sequence[str] | None) -> StageCall:
     return StageCall(stage=stage, args=args, params=params)
 
 
+STAGE_PROPERTY = "lakeprep.stage"  # the Spark local property naming the stage that runs
+
+
 def run_stage(spark: SparkSession, call: StageCall) -> dict[str, Any]:
     """Run one prepared stage in `spark`, its log lines under its own name; return its report."""
     _STAGE_LINES.stage = call.stage.name
     args = call.args
-    with failure_recorded(args.error_file):
-        log.info("inputs %s -> output %s", ", ".join(args.inputs), args.output)
-        report = call.stage.run(spark, args.inputs, args.output, call.params)
-        log.info(
-            "rows in %s, out %s, quarantined %s",
-            report.get("rows_in"),
-            report.get("rows_out"),
-            report.get("rows_quarantined"),
-        )
-        log.info("report: %s", json.dumps(report, sort_keys=True))
+    # Every Spark job the stage starts carries its name (Spark UI's job properties, the
+    # event log's `SparkListenerJobStart`): in a fused submission, which stage ran which job.
+    sc = spark.sparkContext
+    sc.setLocalProperty(STAGE_PROPERTY, call.stage.name)
+    try:
+        with failure_recorded(args.error_file):
+            log.info("inputs %s -> output %s", ", ".join(args.inputs), args.output)
+            report = call.stage.run(spark, args.inputs, args.output, call.params)
+            log.info(
+                "rows in %s, out %s, quarantined %s",
+                report.get("rows_in"),
+                report.get("rows_out"),
+                report.get("rows_quarantined"),
+            )
+            log.info("report: %s", json.dumps(report, sort_keys=True))
+    finally:
+        sc.setLocalProperty(STAGE_PROPERTY, None)
     return report
 
 
