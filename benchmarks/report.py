@@ -441,16 +441,19 @@ def _input_section(results: dict[str, Any]) -> list[str]:
         "",
         "Rows per second from the export's shards (all three splits, the manifest's batch size) into "
         "batches; each reader in a fresh process per repetition, readers rotating within a repetition, "
-        "one untimed warm-up pass first in each process (shards in the page cache).",
+        "one untimed warm-up pass first in each process (shards in the page cache), then timed passes "
+        "for at least 2 s (the median pass counts; *passes* per process, RankBatches / floor / pandas).",
         "",
         "| rows | `RankBatches` | pyarrow into numpy (floor) | pandas + TensorDataset + DataLoader "
-        "| vs floor | vs pandas | peak RSS RankBatches / floor / pandas |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs floor | vs pandas | peak RSS RankBatches / floor / pandas | passes |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for rows, scale in results["scales"].items():
         if not (inp := scale.get("input")):
             continue
         peaks = " / ".join(f"{inp[f'{r}_peak_rss_mb']['median']:.0f}" for r in READERS)
+        # Runs before timed passes were repeated (one pass each) have no count.
+        passes = " / ".join(str(inp["runs"][-1][r].get("passes", 1)) for r in READERS)
         out.append(
             _row(
                 f"{inp['rows']:,} (export of {int(rows):,} raw)",
@@ -458,6 +461,7 @@ def _input_section(results: dict[str, Any]) -> list[str]:
                 _fmt(inp["vs_floor"], "x"),
                 _fmt(inp["vs_pandas"], "x"),
                 f"{peaks} MB",
+                passes,
             )
         )
     return out

@@ -82,6 +82,10 @@ def test_quick_mode_runs_and_writes_well_formed_results(tmp_path):
     exported = run["stages"]["export_shards"]["rows_out"]
     assert {readers[r]["rows"] for r in ("rank_batches", "pyarrow_floor", "pandas_dataloader")} == {exported}
     assert all(readers[r]["rows_per_s"] > 0 for r in ("rank_batches", "pyarrow_floor", "pandas_dataloader"))
+    # Timed passes repeat until 2 s have passed: a 20 k-row pass of the floor is milliseconds.
+    assert readers["pyarrow_floor"]["passes"] > 1
+    names = ("rank_batches", "pyarrow_floor", "pandas_dataloader")
+    assert all(readers[r]["passes"] * readers[r]["seconds"] >= 1.0 for r in names)
 
     parse = results["dag_parse"]
     assert (parse["1"]["dags"], parse["20"]["dags"]) == (2, 40)  # two DAGs per spec
