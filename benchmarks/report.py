@@ -30,14 +30,17 @@ NOT_DONE = """\
 - 16 M rows: the targets there (staged <= 4x the floor, fused <= 2x), the scaling from
   4 M to 16 M (time under 4.4x, memory flat) and the 8 GiB crossover measured rather than
   extrapolated. The harness runs them (`--rows 16000000`, about an hour on this machine
-  when it is quiet); the first 4 M attempts of this session failed (export_shards out of
-  heap at Spark's 1 GiB default) or crawled (fit_transform's exact moments), which was
-  fixed first, so only 4 M ran.
+  when it is quiet and at its usual speed); the first 4 M attempts failed (export_shards
+  out of heap at Spark's 1 GiB default) or crawled (fit_transform's exact moments), which
+  was fixed first, so only 4 M ran. A later session found the machine about 3x slower
+  than usual (an empty submission 18 s on an idle machine against 5 to 6 s before) and
+  did not start it.
 - The `profile` part (py-spy and the event log) at 4 M and 16 M rows: it ran on the small
   day only, so the stages' cost at scale is read from the jobs and passes of (a').
-- The input pipeline on a quiet machine: the helper that rewrote the reader measured 0.65
-  to 0.77 of the floor with another JVM busy on both cores, and up to 0.78 to 0.9 in quieter
-  moments.
+- The input pipeline with repeated timed passes (each reader now times passes for 2 s;
+  the 1 M figures in (b) are from one pass each): the helper that rewrote the reader
+  measured 0.65 to 0.77 of the floor with another JVM busy on both cores, and up to 0.78
+  to 0.9 in quieter moments.
 """
 
 
