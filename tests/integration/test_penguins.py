@@ -172,19 +172,18 @@ def _apart_from_the_run(manifest: dict) -> dict:
     return {**manifest, "run_id": None, "transform": {**manifest["transform"], "sha256": None}}
 
 
-def test_the_same_day_run_three_times_gives_the_same_export(penguin_lake):
-    """Idempotence: two more runs of the second day rewrite the same manifest and shards, no row twice."""
+def test_the_same_day_run_again_gives_the_same_export(penguin_lake):
+    """Idempotence: another run of the second day rewrites the same manifest and shards, no row twice."""
     import pyarrow.parquet as pq
 
     from lakeprep_contracts import layout
 
     day = DAYS[1]
     first, first_files = _export(penguin_lake, day)
-    for _ in range(2):
-        run_day(penguin_lake, day)
-        again, files = _export(penguin_lake, day)
-        assert files == first_files and len(files) >= 3
-        assert _apart_from_the_run(again) == _apart_from_the_run(first)
+    run_day(penguin_lake, day)
+    again, files = _export(penguin_lake, day)
+    assert files == first_files and len(files) >= 3
+    assert _apart_from_the_run(again) == _apart_from_the_run(first)
     folder = penguin_lake / "export_shards" / "penguins" / f"dt={day}"
     ids = [
         i for f in sorted(folder.glob("shards/*/*.parquet")) for i in pq.read_table(f)[layout.ID].to_pylist()
