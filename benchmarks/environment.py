@@ -125,4 +125,6 @@ def machine() -> dict[str, Any]:
         },
         "spark_master": SPARK_MASTER,
         "driver_memory": DRIVER_MEMORY,
+        # e.g. the class-data archive of lakeprep_airflow.spark_startup: it halves start-ups
+        "spark_submit_opts": os.environ.get("SPARK_SUBMIT_OPTS") or None,
     }

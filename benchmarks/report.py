@@ -552,7 +552,9 @@ def _machine(results: dict[str, Any]) -> list[str]:
         f"shared: load average {m['load_average_at_start']} at the start, "
         f"{results.get('load_average_at_end')} at the end",
         f"- Python {m['python']}, {m['java']}, Spark master `{m['spark_master']}`, driver heap "
-        f"`{m.get('driver_memory', '1g (Spark default)')}`; {versions}",
+        f"`{m.get('driver_memory', '1g (Spark default)')}`"
+        + (f", `SPARK_SUBMIT_OPTS={m['spark_submit_opts']}`" if m.get("spark_submit_opts") else "")
+        + f"; {versions}",
         f"- run {results['started']} .. {results.get('finished')}, {results['mode']} mode, "
         f"config `{results['config']}`",
         f"- command: `{results['command']}` (logs: `{results['logs']}`)",
