@@ -5,7 +5,7 @@ from Spark's jars (and verifies them) before the first row is read. A dynamic
 class-data-sharing (CDS) archive of those classes, dumped once by a short job that reads
 CSV and writes Parquet the way the stages do, lets later JVMs map them instead. With the
 client JIT only (`-XX:TieredStopAtLevel=1`) and the serial collector, an empty
-submission on 2 cores went from 10.4 s to 5.0 s (docs/OPERATIONS.md, "Small days").
+submission on 2 cores went from 10.4 s to 5.0 s (docs/PIPELINE.md, "Faster JVM start-ups").
 
 The options go into `SPARK_SUBMIT_OPTS`, which Spark's launcher adds to the driver JVM
 (the spark-submit JVM in local and client mode); executors on a cluster are untouched.

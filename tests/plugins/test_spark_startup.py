@@ -26,7 +26,7 @@ def test_the_key_follows_sparks_jars(tmp_path):
     assert one == same != upgraded
 
 
-def test_an_existing_archive_is_reused_without_a_dump(tmp_path, monkeypatch):
+def test_an_existing_archive_is_reused_without_a_dump(tmp_path):
     home = _fake_spark(tmp_path / "spark", {"spark-core.jar": 1})  # no bin/spark-submit: a dump fails
     archive = tmp_path / "cache" / f"spark-cds-{spark_startup.archive_key(home)}.jsa"
     archive.parent.mkdir()
