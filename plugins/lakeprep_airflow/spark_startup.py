@@ -11,9 +11,9 @@ The options go into `SPARK_SUBMIT_OPTS`, which Spark's launcher adds to the driv
 (the spark-submit JVM in local and client mode); executors on a cluster are untouched.
 They suit small partitions: the client JIT gives up peak speed on long hot loops, so a
 deployment that prepares millions of rows a day leaves them off. The archive is keyed by
-the Java runtime and Spark's jars; a JVM whose class path does not start with the dumped
-one ignores the archive silently, so a stale or foreign archive costs speed, never
-correctness.
+the Java runtime and Spark's jars (as the JVM checks them); a JVM whose class path does
+not start with the dumped one ignores the archive silently, so a stale or foreign
+archive costs speed, never correctness.
 
     python -m lakeprep_airflow.spark_startup [--cache-dir DIR]   # prints the options
 """
@@ -64,11 +64,17 @@ def _java() -> str:
 
 
 def archive_key(home: Path) -> str:
-    """A digest of the Java runtime's version and Spark's jars (names and sizes)."""
+    """A digest of the Java runtime's version and Spark's jars (names, sizes, mtimes).
+
+    The JVM checks each class-path jar's size and modification time against the dump and
+    maps nothing when one differs: a reinstalled pyspark (same jars, new mtimes) needs
+    a new archive.
+    """
     version = subprocess.run([_java(), "-version"], capture_output=True, text=True, timeout=60)
     digest = hashlib.sha256(version.stderr.encode())
     for jar in sorted((home / "jars").glob("*.jar")):
-        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+        stat = jar.stat()
+        digest.update(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 
 
