@@ -58,6 +58,40 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
 
+# `make test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup
+# --no-loadscope-reorder`): most of a serial run waits on one JVM or one service while the
+# other core idles. Each worker is a whole pytest process with its own Airflow home,
+# SQLite database, cache and Spark session (this file runs in each). The services stay one
+# per run: every module whose tests use one of them goes to the same worker, in collection
+# order (a module may reuse what an earlier one left, e.g. `stack_day_run`).
+SERVICE_FIXTURES = ("airflow_stack", "hdfs_spark_cluster")  # tests/integration/conftest.py
+
+
+def _group(module_fixtures: set[str], module: str) -> str:
+    """A module's xdist group: the service it uses, else the module itself (its fixtures run once)."""
+    return next((name for name in SERVICE_FIXTURES if name in module_fixtures), module)
+
+
+def _queue_rank(group: str) -> int:
+    """Longest first, since xdist hands the groups out in this order: the services' groups
+    (minutes of runs each), then the other integration and benchmark modules, then the rest."""
+    if group in SERVICE_FIXTURES:
+        return SERVICE_FIXTURES.index(group)
+    return len(SERVICE_FIXTURES) + (0 if group.startswith(("tests/integration/", "tests/benchmarks/")) else 1)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    by_module: dict[str, set[str]] = {}
+    for item in items:
+        by_module.setdefault(item.path.relative_to(REPO).as_posix(), set()).update(item.fixturenames)
+    groups = {module: _group(fixtures, module) for module, fixtures in by_module.items()}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(groups[item.path.relative_to(REPO).as_posix()]))
+    if config.getoption("dist", "no") != "no":  # a serial run keeps pytest's order
+        items.sort(key=lambda item: _queue_rank(groups[item.path.relative_to(REPO).as_posix()]))
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One local Spark session for the run: 2 threads, few shuffle partitions, no UI, UTC."""
