@@ -71,7 +71,7 @@ demo: $(STAMP) $(AIRFLOW_HOME)/airflow.db land-demo-data
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=25
+	$(BIN)/python -m pytest -n 2 --no-loadscope-reorder --durations=25
 
 # Benchmarks against the floor (benchmarks/, results in benchmarks/RESULTS.md): 1 M, 4 M and
 # 16 M generated flights rows, niced so a shared machine stays usable. BENCH_ARGS adds options

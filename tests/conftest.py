@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,38 +59,62 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(_AIRFLOW_HOME, ignore_errors=True)
 
 
-# `make test` runs the suite in two pytest-xdist workers (`-n 2 --dist loadgroup
-# --no-loadscope-reorder`): most of a serial run waits on one JVM or one service while the
-# other core idles. Each worker is a whole pytest process with its own Airflow home,
-# SQLite database, cache and Spark session (this file runs in each). The services stay one
-# per run: every module whose tests use one of them goes to the same worker, in collection
-# order (a module may reuse what an earlier one left, e.g. `stack_day_run`).
+# `make test` runs the suite in two pytest-xdist workers (`-n 2 --no-loadscope-reorder`):
+# most of a serial run waits on one JVM or one service while the other core idles. Each
+# worker is a whole pytest process with its own Airflow home, SQLite database, cache and
+# Spark session (this file runs in each). The services stay one per run: the scheduler
+# below sends every module that uses one of them to the same worker, in collection order
+# (a module may reuse what an earlier one left, e.g. `stack_day_run`); every other module
+# is a unit of its own, so its module fixtures run once.
 SERVICE_FIXTURES = ("airflow_stack", "hdfs_spark_cluster")  # tests/integration/conftest.py
 
 
-def _group(module_fixtures: set[str], module: str) -> str:
-    """A module's xdist group: the service it uses, else the module itself (its fixtures run once)."""
-    return next((name for name in SERVICE_FIXTURES if name in module_fixtures), module)
+def module_group(module: str) -> str:
+    """The scheduling unit of a test module (a path from the repository root): the service
+    fixture it names, else the module itself.
+
+    By name in the module's source, because xdist's controller schedules by node id and
+    collects nothing; each worker checks it against the fixtures the tests really use.
+    """
+    source = (REPO / module).read_text()
+    return next((name for name in SERVICE_FIXTURES if re.search(rf"\b{name}\b", source)), module)
 
 
 def _queue_rank(group: str) -> int:
-    """Longest first, since xdist hands the groups out in this order: the services' groups
+    """Longest first, since xdist hands the units out in this order: the services' groups
     (minutes of runs each), then the other integration and benchmark modules, then the rest."""
     if group in SERVICE_FIXTURES:
         return SERVICE_FIXTURES.index(group)
     return len(SERVICE_FIXTURES) + (0 if group.startswith(("tests/integration/", "tests/benchmarks/")) else 1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """xdist's scope scheduling with `module_group` as the scope (its `loadgroup` marks do
+    not reach the controller under pytest 9.2, which no longer lets a plugin rename nodes)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return module_group(nodeid.split("::", 1)[0])
+
+    return ModuleGroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    by_module: dict[str, set[str]] = {}
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # a serial run keeps pytest's order
+    used: dict[str, set[str]] = {}
     for item in items:
-        by_module.setdefault(item.path.relative_to(REPO).as_posix(), set()).update(item.fixturenames)
-    groups = {module: _group(fixtures, module) for module, fixtures in by_module.items()}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[item.path.relative_to(REPO).as_posix()]))
-    if config.getoption("dist", "no") != "no":  # a serial run keeps pytest's order
-        items.sort(key=lambda item: _queue_rank(groups[item.path.relative_to(REPO).as_posix()]))
+        used.setdefault(item.path.relative_to(REPO).as_posix(), set()).update(item.fixturenames)
+    groups = {module: module_group(module) for module in used}
+    for module, fixtures in used.items():
+        for name in SERVICE_FIXTURES:
+            if name in fixtures and groups[module] != name:
+                raise pytest.UsageError(
+                    f"{module} uses the fixture {name!r} (through another fixture) without naming it: "
+                    f"name it in the module, so that the scheduler keeps the module with its service"
+                )
+    items.sort(key=lambda item: _queue_rank(groups[item.path.relative_to(REPO).as_posix()]))
 
 
 @pytest.fixture(scope="session")
