@@ -45,8 +45,9 @@ def test_batches_have_the_tensor_layout(export_two_ranks):
     manifest = load_manifest(str(export_two_ranks))
     batch = next(iter(RankBatches(manifest, "train", 1)))
     assert batch.numeric.dtype == torch.float32 and batch.numeric.shape == (32, 1)
-    assert batch.categorical.dtype == torch.int64 and batch.categorical.shape == (32, 1)
-    assert batch.text.dtype == torch.int64 and batch.text.shape == (32, 1, 4)
+    # Ids as the shards hold them (int32: half the bytes to pin and copy); the label int64.
+    assert batch.categorical.dtype == torch.int32 and batch.categorical.shape == (32, 1)
+    assert batch.text.dtype == torch.int32 and batch.text.shape == (32, 1, 4)
     assert batch.label.dtype == torch.int64 and set(batch.label.tolist()) <= {0, 1}
     assert batch.ids is None
 

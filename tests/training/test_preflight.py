@@ -50,8 +50,8 @@ def test_memory_estimate_grows_with_the_batch_and_names_its_parts(export_two_ran
     large = estimate_memory(manifest, model, 3200, prefetch=4)
     assert small.parameters == sum(p.numel() for p in model.parameters())
     assert small.state_bytes == 16 * small.parameters
-    # 1 float numeric + 1 int64 categorical + 4 int64 tokens + the int64 label = 52 bytes a row.
-    assert small.batch_bytes == 52 * 32 and small.buffered_batches == 5
+    # 1 float32 numeric + 1 int32 categorical + 4 int32 tokens + the int64 label = 32 bytes a row.
+    assert small.batch_bytes == 32 * 32 and small.buffered_batches == 5
     assert large.activation_bytes == 100 * small.activation_bytes
     assert large.total_bytes > small.total_bytes
     assert "parameters" in small.describe() and "5 batches" in small.describe()

@@ -57,15 +57,24 @@ if TYPE_CHECKING:
 _Block = dict[str, np.ndarray]  # one chunk of rows: tensor name -> numpy array
 _T = TypeVar("_T")
 
+# The batch tensors' dtypes, the model's input contract (predict.feature_tensors and the
+# preflight's memory estimate use them too). Ids stay int32 as the shards hold them:
+# nn.Embedding and nn.EmbeddingBag take int32 indices on CPU and CUDA, and int64 would
+# double the bytes each batch is written, pinned and copied to the device with. The label
+# is int64, the class-index target cross-entropy takes.
+NUMERIC_DTYPE = np.float32
+ID_DTYPE = np.int32
+LABEL_DTYPE = np.int64
+
 
 @dataclass
 class Batch:
     """One step's rows, as the model takes them."""
 
-    numeric: torch.Tensor  # float32 [B, n_numeric]
-    categorical: torch.Tensor  # int64 [B, n_categorical]
-    text: torch.Tensor  # int64 [B, n_text, L], 0 = padding
-    label: torch.Tensor  # int64 [B], index into manifest label.classes
+    numeric: torch.Tensor  # NUMERIC_DTYPE (float32) [B, n_numeric]
+    categorical: torch.Tensor  # ID_DTYPE (int32) [B, n_categorical]
+    text: torch.Tensor  # ID_DTYPE (int32) [B, n_text, L], 0 = padding
+    label: torch.Tensor  # LABEL_DTYPE (int64) [B], index into manifest label.classes
     ids: np.ndarray | None = None  # object [B] of row ids, when asked for
 
     def __len__(self) -> int:
@@ -109,16 +118,16 @@ class FeatureLayout:
     def to_block(self, table: pa.Table, where: str) -> _Block:
         """Convert a row group to numpy, checking what the contract promises.
 
-        Each check is one pass, over the shard's own int32 column before it is widened
-        to int64 (contiguous and half the bytes), or over the whole numeric matrix at
-        once; only a failed check goes back over the columns to name the bad one. Every
-        matrix is written once: no zero fill before the copy.
+        Each check is one pass, over the shard's own int32 column (contiguous) before it
+        is copied into its matrix, or over the whole numeric matrix at once; only a
+        failed check goes back over the columns to name the bad one. Every matrix is
+        written once: no zero fill before the copy.
         """
         n = table.num_rows
         for name in table.column_names:
             if table.column(name).null_count:
                 raise ValueError(f"{where}: column {name!r} has nulls; the manifest contract has none")
-        numeric = _empty((n, len(self.numeric)), np.float32)
+        numeric = _empty((n, len(self.numeric)), NUMERIC_DTYPE)
         for j, f in enumerate(self.numeric):
             numeric[:, j] = table.column(f.name).to_numpy()
         # A NaN or an infinity makes the sum non-finite, so one reduction (no mask) clears
@@ -129,12 +138,12 @@ class FeatureLayout:
             bad = [f.name for j, f in enumerate(self.numeric) if not np.isfinite(numeric[:, j]).all()]
             if bad:
                 raise ValueError(f"{where}: numeric column(s) {bad} hold NaN or infinity")
-        categorical = _empty((n, len(self.categorical)), np.int64)
+        categorical = _empty((n, len(self.categorical)), ID_DTYPE)
         for j, f in enumerate(self.categorical):
             ids = table.column(f.name).to_numpy()
             _check_ids(ids, f.cardinality, f"{where}: categorical {f.name!r}", "cardinality")
             categorical[:, j] = ids
-        text = _empty((n, len(self.text), self.text_length), np.int64)
+        text = _empty((n, len(self.text), self.text_length), ID_DTYPE)
         for j, f in enumerate(self.text):
             at = f"{where}: text {f.name!r}"
             tokens = _token_matrix(table.column(f.name), n, f.length, at)
@@ -156,7 +165,7 @@ class FeatureLayout:
         if lookup is not None and values.dtype.kind in "iu":
             if not values.size or int(_unsigned(values).max()) < lookup.size:
                 if self._classes_are_indices:  # classes [0, 1, ...]: a value is its index
-                    return values.astype(np.int64)
+                    return values.astype(LABEL_DTYPE)
                 # One gather through the table; -1 marks a value that is not a class.
                 index = lookup[values]
                 if not values.size or int(index.min()) >= 0:
@@ -190,7 +199,7 @@ def _class_lookup(classes: np.ndarray) -> np.ndarray | None:
     """Label value -> class index (-1: not a class), when the classes are small non-negative ints."""
     if not classes.size or classes.min() < 0 or classes.max() >= 1 << 16:
         return None
-    lookup = np.full(int(classes.max()) + 1, -1, dtype=np.int64)
+    lookup = np.full(int(classes.max()) + 1, -1, dtype=LABEL_DTYPE)
     lookup[classes[::-1]] = np.arange(classes.size)[::-1]  # a repeated class: its first index
     return lookup
 

@@ -30,6 +30,7 @@ import torch
 
 from lakeprep_train import serving, storage
 from lakeprep_train import transform as tf
+from lakeprep_train.dataset import ID_DTYPE, NUMERIC_DTYPE
 from lakeprep_train.evaluate import class_probabilities
 from lakeprep_train.manifest import Feature
 from lakeprep_train.model import TabularMLP
@@ -113,21 +114,22 @@ def feature_tensors(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(numeric, categorical, text) as the model takes them: the layout of ``FeatureLayout``.
 
-    Numerics float32 ``[n, n_numeric]``, categoricals int64 ``[n, n_categorical]``, text
-    int64 ``[n, n_text, longest]`` with shorter features padded by 0, in model order.
+    Numerics ``[n, n_numeric]``, categoricals ``[n, n_categorical]``, text ``[n, n_text,
+    longest]`` with shorter features padded by 0, in model order, in the dtypes of
+    ``dataset.Batch``.
     """
     numeric_f = [f for f in features if f.role == "numeric"]
     categorical_f = [f for f in features if f.role == "categorical"]
     text_f = [f for f in features if f.role == "text"]
     n = len(next(iter(encoded.values()))) if encoded else 0
-    numeric = np.empty((n, len(numeric_f)), dtype=np.float32)
+    numeric = np.empty((n, len(numeric_f)), dtype=NUMERIC_DTYPE)
     for j, f in enumerate(numeric_f):
         numeric[:, j] = encoded[f.name]
-    categorical = np.empty((n, len(categorical_f)), dtype=np.int64)
+    categorical = np.empty((n, len(categorical_f)), dtype=ID_DTYPE)
     for j, f in enumerate(categorical_f):
         categorical[:, j] = encoded[f.name]
     width = max((f.length for f in text_f), default=0)
-    text = np.zeros((n, len(text_f), width), dtype=np.int64)
+    text = np.zeros((n, len(text_f), width), dtype=ID_DTYPE)
     for j, f in enumerate(text_f):
         text[:, j, : f.length] = encoded[f.name]
     return torch.from_numpy(numeric), torch.from_numpy(categorical), torch.from_numpy(text)

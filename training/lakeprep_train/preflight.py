@@ -29,10 +29,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
-from lakeprep_train.dataset import RankBatches, RankPlan, plan_rank
+from lakeprep_train.dataset import ID_DTYPE, LABEL_DTYPE, NUMERIC_DTYPE, RankBatches, RankPlan, plan_rank
 from lakeprep_train.manifest import Manifest, ManifestError, load_manifest
 from lakeprep_train.model import TabularMLP
 
@@ -40,7 +41,6 @@ log = logging.getLogger("lakeprep_train")
 
 HEADROOM = 1.2  # free memory must be at least the estimate times this
 FP32 = 4
-INT64 = 8
 
 
 class PreflightError(RuntimeError):
@@ -156,7 +156,8 @@ def estimate_memory(
     categorical = len(manifest.features_with_role("categorical"))
     text = manifest.features_with_role("text")
     text_length = max((f.length for f in text), default=0)
-    row_bytes = numeric * FP32 + categorical * INT64 + len(text) * text_length * INT64 + INT64
+    value, index, label = (np.dtype(t).itemsize for t in (NUMERIC_DTYPE, ID_DTYPE, LABEL_DTYPE))
+    row_bytes = numeric * value + (categorical + len(text) * text_length) * index + label
     widths = numeric
     for module in model.modules():
         if isinstance(module, nn.Linear):
