@@ -6,6 +6,7 @@ at collection time, before any test module imports `airflow`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -69,6 +70,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 SERVICE_FIXTURES = ("airflow_stack", "hdfs_spark_cluster")  # tests/integration/conftest.py
 
 
+@functools.cache  # the controller asks once per test
 def module_group(module: str) -> str:
     """The scheduling unit of a test module (a path from the repository root): the service
     fixture it names, else the module itself.
