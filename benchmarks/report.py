@@ -145,6 +145,18 @@ def _scaling_targets(results: dict[str, Any]) -> list[str]:
     lines = []
     for small, large, a, b in _pairs(results, "spark"):
         at = f"{large // 10**6} M / {small // 10**6} M rows"
+        runs = (a.get("run", results["started"]), b.get("run", results["started"]))
+        if runs[0] != runs[1]:
+            # Absolute times drift from run to run: a ratio across runs says nothing.
+            lines.append(
+                _row(
+                    f"scaling ({at})",
+                    f"not compared: {small:,} rows measured in the run of {runs[0]}, "
+                    f"{large:,} in the run of {runs[1]}",
+                    "",
+                )
+            )
+            continue
         for key, what, target, memory in checks:
             if key in a and key in b:
                 v = b[key]["median"] / a[key]["median"]

@@ -441,9 +441,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         results = json.loads(args.report_only.read_text())
         if args.merge:
             other = json.loads(args.merge.read_text())
-            # The other run's parts replace these (a part measured again is measured anew).
+            # The other run's parts replace these (a part measured again is measured anew),
+            # each stamped with the run that measured it (`run`: its start): only parts of
+            # one run are compared across scales (report._scaling_targets).
             for rows, scale in other["scales"].items():
-                results["scales"].setdefault(rows, {}).update(scale)
+                stamped = {
+                    part: value if part == "data" else {**value, "run": other["started"]}
+                    for part, value in scale.items()
+                }
+                results["scales"].setdefault(rows, {}).update(stamped)
             results["scales"] = dict(sorted(results["scales"].items(), key=lambda kv: int(kv[0])))
             for key in ("dag_parse", "small_day", "small_profile"):
                 if key in other:

@@ -138,3 +138,19 @@ def test_the_committed_results_render(tmp_path):
         assert "## (e) A small day: start-up against work" in text
         assert f"fused within 2x of one empty submission | {small['fused_vs_empty']['median']:.1f}x" in text
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_scaling_is_compared_only_between_parts_of_one_run():
+    def spark(seconds: float, run: str | None = None) -> dict:
+        part = {"staged_s": {"median": seconds}}
+        return {**part, "run": run} if run else part
+
+    same = {"started": "A", "scales": {"1000000": {"spark": spark(100)}, "4000000": {"spark": spark(300)}}}
+    (line,) = report._scaling_targets(same)
+    assert "staged time grows no faster than linearly (4 M / 1 M rows <= 4.4) | 3.00 | met" in line
+    merged = {  # the 4 M part merged from a later run (`--merge` stamps it)
+        "started": "A",
+        "scales": {"1000000": {"spark": spark(100)}, "4000000": {"spark": spark(300, run="B")}},
+    }
+    (line,) = report._scaling_targets(merged)
+    assert "not compared: 1,000,000 rows measured in the run of A, 4,000,000 in the run of B" in line
