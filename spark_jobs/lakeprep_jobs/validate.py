@@ -326,17 +326,39 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
 
     if RAW not in raw.columns:
         raw = raw.withColumn(RAW, F.to_json(F.struct(*[F.col(_quoted(c["name"])) for c in p.columns])))
-    typed: dict[str, Column] = {}
+    # Each value is trimmed and cast once, in projections of their own: the checks below
+    # refer to a typed value up to four times, and inline they would repeat the trim and
+    # the cast for each (Spark's subexpression elimination does not reach into the later
+    # branches of a CASE WHEN); as aliases referenced more than once, Catalyst's
+    # CollapseProject keeps these projections apart. This halved the CPU of typing and
+    # checking 1 M flights rows (benchmarks/RESULTS.md, section (a)).
+    present = {c["name"]: f"_present_{i}" for i, c in enumerate(p.columns)}
+    cast = {c["name"]: f"_typed_{i}" for i, c in enumerate(p.columns)}
+    staged = raw.select(
+        "*",
+        *[
+            as_null(F.col(_quoted(c["name"])), null_tokens(c, p)).isNotNull().alias(present[c["name"]])
+            for c in p.columns
+        ],
+    )
+    staged = staged.select(
+        "*",
+        *[
+            F.when(F.col(present[c["name"]]), F.col(_quoted(c["name"])))
+            .try_cast(SPARK_TYPES[c["type"]])
+            .alias(cast[c["name"]])
+            for c in p.columns
+        ],
+    )
+    typed: dict[str, Column] = {name: F.col(alias) for name, alias in cast.items()}
     checks: list[tuple[Column, Column]] = [(F.col(CORRUPT).isNotNull(), F.lit("malformed record"))]
     for col in p.columns:
         name, kind = col["name"], col["type"]
         raw_value = F.col(_quoted(name))
-        value = as_null(raw_value, null_tokens(col, p))
-        typed[name] = value.try_cast(SPARK_TYPES[kind])
         shown = F.substring(raw_value, 1, 64)
         checks += [
             (raw_value.contains(REPLACEMENT_CHARACTER), F.lit(f"invalid UTF-8 in {name}")),
-            (value.isNotNull() & typed[name].isNull(), F.concat(F.lit(f"bad {kind} in {name}: "), shown)),
+            (F.col(present[name]) & typed[name].isNull(), F.concat(F.lit(f"bad {kind} in {name}: "), shown)),
         ]
         if kind == "double":
             # Spark's cast takes NaN and infinities (any case, `inf` too); they pass a contract
@@ -347,7 +369,7 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
         if not col.get("nullable", True):
             checks.append((typed[col["name"]].isNull(), F.lit(f"null in {col['name']}")))
 
-    df = raw.select(
+    df = staged.select(
         *[typed[c["name"]].alias(c["name"]) for c in p.columns],
         F.col(RAW),
         F.col(CORRUPT),
