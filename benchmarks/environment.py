@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import platform
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +62,60 @@ def use_child_env() -> None:
     os.environ.update(child_env())
     (WORK / "airflow").mkdir(parents=True, exist_ok=True)
     put_sources_on_path()
+
+
+@contextlib.contextmanager
+def work_folder_lock() -> Iterator[None]:
+    """Hold `WORK` for this run: two runs on one folder would overwrite each other's lake.
+
+    Each run commits the stages' partitions under `WORK/data/<scale>/`, so a second run
+    on the same folder (a second terminal, a `--only profile` beside a full run) rewrites
+    the partitions the first is timing and reading. An advisory `flock`, released when the
+    process ends however it ends; another folder (`LAKEPREP_BENCH_DIR`) runs beside it.
+    """
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / ".run.lock"
+    with open(path, "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            raise SystemExit(
+                f"benchmarks: {WORK} is in use by a run still going ({holder}); wait for it, "
+                "or give this run its own folder with LAKEPREP_BENCH_DIR"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"pid {os.getpid()}: {' '.join(sys.argv)}\n")
+        lock.flush()
+        yield
+
+
+@contextlib.contextmanager
+def demo_startup() -> Iterator[str]:
+    """The children's spark-submits start as `make demo`'s do, from the class-data archive.
+
+    A demo-sized day is what `make demo` and the test suite run with
+    `lakeprep_airflow.spark_startup`'s JVM options (docs/PIPELINE.md, "Faster JVM
+    start-ups"), so the small-day parts measure it that way, and the empty submission they
+    compare against gets the same options. The archive is the one `make demo` keeps in the
+    virtual environment (`<venv>/lakeprep-cache/`, dumped once). An explicit
+    SPARK_SUBMIT_OPTS wins, as in the Makefile. Yields the options in force.
+    """
+    given = os.environ.get("SPARK_SUBMIT_OPTS")
+    if given is not None:
+        yield given
+        return
+    put_sources_on_path()
+    from lakeprep_airflow import spark_startup
+
+    options = spark_startup.java_options(spark_startup.ensure_archive(Path(sys.prefix) / "lakeprep-cache"))
+    os.environ["SPARK_SUBMIT_OPTS"] = options
+    try:
+        yield options
+    finally:
+        os.environ.pop("SPARK_SUBMIT_OPTS", None)
 
 
 def _cpu_model() -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import dag_parse, day_profile, generate, input_pipeline, report, single_node, spark_prep
-from benchmarks.environment import REPO, WORK, child_env, machine
+from benchmarks.environment import REPO, WORK, child_env, demo_startup, machine, work_folder_lock
 from benchmarks.measure import child_result, run_child, summary
 
 FULL_ROWS = (1_000_000, 4_000_000, 16_000_000)
@@ -393,16 +393,17 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         lake = WORK / "data" / f"flights-{args.small_rows}-s{args.seed}"
         _log(f"small day, {args.small_rows} rows: data in {lake}")
         data = generate.land(lake, args.small_rows, args.seed)
-        results["small_day"] = {"data": data, **_small_day(lake, logs / "small", args.warmup, args.reps)}
+        with demo_startup() as options:
+            small = _small_day(lake, logs / "small", args.warmup, args.reps)
+        results["small_day"] = {"data": data, "spark_submit_opts": options, **small}
         save()
     if "profile" in args.only:
         lake = WORK / "data" / f"flights-{args.small_rows}-s{args.seed}"
         _log(f"profile of the small day, {args.small_rows} rows: data in {lake}")
         data = generate.land(lake, args.small_rows, args.seed)
-        results["small_profile"] = {
-            "data": data,
-            "submissions": day_profile.run(lake, generate.DS, logs / "profile"),
-        }
+        with demo_startup() as options:
+            submissions = day_profile.run(lake, generate.DS, logs / "profile")
+        results["small_profile"] = {"data": data, "spark_submit_opts": options, "submissions": submissions}
         save()
     for rows in args.rows if set(SCALE_PARTS) & set(args.only) else []:
         lake = WORK / "data" / f"flights-{rows}-s{args.seed}"
@@ -461,7 +462,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.report_only.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
         report.write(results, args.report_only.parent)
         return
-    run(argv)
+    with work_folder_lock():
+        run(argv)
 
 
 if __name__ == "__main__":

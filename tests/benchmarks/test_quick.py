@@ -154,3 +154,52 @@ def test_scaling_is_compared_only_between_parts_of_one_run():
     }
     (line,) = report._scaling_targets(merged)
     assert "not compared: 1,000,000 rows measured in the run of A, 4,000,000 in the run of B" in line
+
+
+def test_a_second_run_on_the_same_work_folder_is_refused_naming_the_first(tmp_path):
+    env = {**os.environ, "LAKEPREP_BENCH_DIR": str(tmp_path / "work")}
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from benchmarks.environment import work_folder_lock\n"
+            "with work_folder_lock():\n"
+            "    print('held', flush=True)\n"
+            "    time.sleep(120)\n",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        second = subprocess.run(
+            [sys.executable, "-m", "benchmarks", "--only", "parse", "--parse-reps", "1"],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode != 0
+        assert f"pid {holder.pid}" in second.stderr and "LAKEPREP_BENCH_DIR" in second.stderr
+        assert not (tmp_path / "work" / "logs").exists()  # refused before measuring anything
+    finally:
+        holder.kill()
+        holder.wait()
+    # Released with the process that held it: the folder is free again.
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from benchmarks.environment import work_folder_lock\nwith work_folder_lock():\n    print('ok')",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.stdout.strip() == "ok", again.stderr
