@@ -203,3 +203,38 @@ def test_a_second_run_on_the_same_work_folder_is_refused_naming_the_first(tmp_pa
         timeout=120,
     )
     assert again.stdout.strip() == "ok", again.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+def test_stage_ab_runs_both_versions_of_a_stage_on_the_same_partition(tmp_path):
+    env = {**os.environ, "LAKEPREP_BENCH_DIR": str(tmp_path / "work")}
+    base = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    cmd = [sys.executable, "-m", "benchmarks.stage_ab", "--stage", "validate", "--rows", "3000"]
+    result = subprocess.run(
+        [*cmd, "--base", base, "--reps", "1", "--warmup", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    summary = json.loads(result.stdout[result.stdout.index("\n{") :])
+    [run] = summary["runs"]
+    assert summary["same_rows"] is True and summary["base"] == base
+    assert run["before"]["rows_in"] == run["after"]["rows_in"] == 3000
+    assert run["after"]["rows_out"] + run["after"]["rows_quarantined"] == 3000
+    assert run["wall_ratio"] == pytest.approx(run["after"]["wall_s"] / run["before"]["wall_s"], rel=1e-2)
+    work = tmp_path / "work"
+    assert (work / "stage_ab" / "out" / "validate-before" / "_SUCCESS").is_file()
+    assert (work / "stage_ab" / "out" / "validate-after" / "_SUCCESS").is_file()
+    # A commit without the stage's module is refused by name, before Spark starts.
+    missing = subprocess.run(
+        [*cmd, "--base", "0000000"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert (
+        missing.returncode != 0 and "no spark_jobs/lakeprep_jobs/validate.py at '0000000'" in missing.stderr
+    )
