@@ -238,3 +238,12 @@ def test_stage_ab_runs_both_versions_of_a_stage_on_the_same_partition(tmp_path):
     assert (
         missing.returncode != 0 and "no spark_jobs/lakeprep_jobs/validate.py at '0000000'" in missing.stderr
     )
+
+
+def test_a_target_is_judged_only_when_its_repetitions_agree():
+    assert report._judged({"median": 3.0, "spread_pct": 4.0}, True) == "met"
+    assert report._judged({"median": 3.0, "spread_pct": 4.0}, False) == "**missed**"
+    assert report._judged({"median": 0.7, "spread_pct": 231.0}, True) == (
+        "not judged: the repetitions spread ±231%"
+    )
+    assert report._judged({"median": 0.7, "n": 1}, False) == "**missed**"  # one repetition: no spread
