@@ -247,3 +247,19 @@ def test_a_target_is_judged_only_when_its_repetitions_agree():
         "not judged: the repetitions spread ±231%"
     )
     assert report._judged({"median": 0.7, "n": 1}, False) == "**missed**"  # one repetition: no spread
+
+
+def test_the_small_day_parts_start_spark_as_make_demo_does(monkeypatch):
+    from benchmarks.environment import demo_startup
+
+    monkeypatch.delenv("SPARK_SUBMIT_OPTS", raising=False)
+    with demo_startup() as options:
+        assert os.environ["SPARK_SUBMIT_OPTS"] == options
+        assert "-XX:SharedArchiveFile=" in options and "-XX:TieredStopAtLevel=1" in options
+        archive = Path(options.split("-XX:SharedArchiveFile=", 1)[1].split()[0])
+        assert archive.is_file() and archive.parent == Path(sys.prefix) / "lakeprep-cache"
+    assert "SPARK_SUBMIT_OPTS" not in os.environ  # the scale parts start Spark as before
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-Xshare:off")  # an explicit setting wins
+    with demo_startup() as options:
+        assert options == os.environ["SPARK_SUBMIT_OPTS"] == "-Xshare:off"
+    assert os.environ["SPARK_SUBMIT_OPTS"] == "-Xshare:off"
