@@ -8,6 +8,7 @@ over the size of the stage's input says how many times the stage read its data; 
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 from collections.abc import Iterator
@@ -69,3 +70,57 @@ def summarize(folder: Path) -> dict[str, Any]:
             totals["shuffle_write_mb"] += write.get("Shuffle Bytes Written", 0) / mb
             totals["spill_disk_mb"] += metrics.get("Disk Bytes Spilled", 0) / mb
     return {k: round(v, 1) if isinstance(v, float) else v for k, v in totals.items()}
+
+
+def job_times(folder: Path) -> list[dict[str, Any]]:
+    """Each job of a submission, in order: its id, call site and seconds from submission to end.
+
+    The call site is the name of the job's first stage (`collect at validate.py:476`: for
+    PySpark, the Python line of the action), which says which pass of a stage it was.
+    """
+    started: dict[int, tuple[str, int, int]] = {}
+    jobs = []
+    for event in events(folder):
+        kind = event.get("Event")
+        if kind == "SparkListenerJobStart":
+            infos = sorted(event.get("Stage Infos") or [], key=lambda s: s["Stage ID"])
+            name = infos[0]["Stage Name"] if infos else "(no stage)"
+            tasks = sum(s.get("Number of Tasks", 0) for s in infos)
+            started[event["Job ID"]] = (name, event["Submission Time"], tasks)
+        elif kind == "SparkListenerJobEnd" and event["Job ID"] in started:
+            name, begin, tasks = started.pop(event["Job ID"])
+            jobs.append(
+                {
+                    "job": event["Job ID"],
+                    "call_site": name,
+                    "seconds": (event["Completion Time"] - begin) / 1000,
+                    "tasks": tasks,
+                }
+            )
+    return sorted(jobs, key=lambda j: j["job"])
+
+
+def by_call_site(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`job_times` grouped by call site, the most seconds first: where a submission's jobs spent."""
+    sites: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        site = sites.setdefault(job["call_site"], {"call_site": job["call_site"], "jobs": 0, "seconds": 0.0})
+        site["jobs"] += 1
+        site["seconds"] += job["seconds"]
+    ranked = sorted(sites.values(), key=lambda s: (-s["seconds"], s["call_site"]))
+    return [{**s, "seconds": round(s["seconds"], 2)} for s in ranked]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m benchmarks.event_log FOLDER`: the jobs of one submission's event log by call site."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args(argv)
+    jobs = job_times(args.folder)
+    print(f"{len(jobs)} jobs, {sum(j['seconds'] for j in jobs):.1f} s in jobs")
+    for site in by_call_site(jobs):
+        print(f"{site['seconds']:8.1f} s {site['jobs']:4d} job(s)  {site['call_site']}")
+
+
+if __name__ == "__main__":
+    main()

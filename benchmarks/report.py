@@ -474,6 +474,29 @@ def _passes_section(results: dict[str, Any]) -> list[str]:
                     f"{p['spill_disk_mb']} MB",
                 )
             )
+        out += _call_sites_table(passes)
+    return out
+
+
+def _call_sites_table(passes: dict[str, Any]) -> list[str]:
+    """Where each submission's jobs spent their time, by the Python line of the action."""
+    subs = [("floor", passes["floor"])] + [(s, passes["stages"][s]) for s in STAGES]
+    if not any(p.get("call_sites") for _, p in subs):
+        return []  # a results file from before the call sites were recorded
+    out = [
+        "",
+        "Where the jobs' time went: the call sites (the action's Python line) with the most seconds "
+        "from job submission to end, jobs at one site summed (`python -m benchmarks.event_log "
+        "<events folder>` lists them all).",
+        "",
+        "| submission | call site: seconds (jobs) |",
+        "|---|---|",
+    ]
+    for name, p in subs:
+        sites = "; ".join(
+            f"`{s['call_site']}`: {s['seconds']:.1f} s ({s['jobs']})" for s in p.get("call_sites", [])
+        )
+        out.append(_row(name, sites or "-"))
     return out
 
 

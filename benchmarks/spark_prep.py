@@ -26,6 +26,7 @@ STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")
 RUN_ID = "bench__run"
 FLOOR_SCRIPT = REPO / "benchmarks" / "jobs" / "floor.py"
 EMPTY_SCRIPT = REPO / "benchmarks" / "jobs" / "empty.py"
+TOP_SITES = 4  # call sites kept per submission from its event log (the passes run)
 
 
 def window_for(ds: str, days: int) -> dict[str, list[str]]:
@@ -128,6 +129,14 @@ def _with_event_log(cmd: list[str], folder: Path | None) -> list[str]:
     return [cmd[0], *event_log.conf_args(folder), *cmd[1:]] if folder else cmd
 
 
+def _event_log(folder: Path) -> dict[str, Any]:
+    """A submission's totals and the call sites its jobs spent the most time in."""
+    return {
+        **event_log.summarize(folder),
+        "call_sites": event_log.by_call_site(event_log.job_times(folder))[:TOP_SITES],
+    }
+
+
 def run_stages(lake: Path, ds: str, logs: Path, events: Path | None = None) -> dict[str, Any]:
     """One pass of the five stages, in order; per stage its time, memory and row counts.
 
@@ -147,7 +156,7 @@ def run_stages(lake: Path, ds: str, logs: Path, events: Path | None = None) -> d
             "rows_quarantined": report.get("rows_quarantined"),
         }
         if folder:
-            out[stage]["event_log"] = event_log.summarize(folder)
+            out[stage]["event_log"] = _event_log(folder)
     return out
 
 
@@ -172,7 +181,7 @@ def run_floor(lake: Path, ds: str, logs: Path, events: Path | None = None) -> di
     folder = events / "floor" if events else None
     out = run_child(_with_event_log(cmd, folder), env=child_env(), log=logs / "floor.log", cwd=REPO).to_json()
     if folder:
-        out["event_log"] = event_log.summarize(folder)
+        out["event_log"] = _event_log(folder)
     return out
 
 

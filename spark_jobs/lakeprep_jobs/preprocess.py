@@ -13,7 +13,9 @@ whitespace trimmed (empty becomes null, so `" B6 "` and `"B6"` are one category)
 as `array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
 
 - De-duplication on the id: one row per id is kept, the one with the smallest hash of
-  the whole row, so the choice does not depend on file order. The others go to
+  the whole row, so the choice does not depend on file order (`flag_duplicates`; only
+  the rows of repeated ids are hashed, and a day without any costs one aggregation of the
+  id column). The others go to
   `_quarantine/` with `exact duplicate` or `conflicting duplicate id` as the reason:
   rows in = rows out + rows quarantined.
 - Reference tables are de-duplicated on their join keys and broadcast-joined (left), so
@@ -84,24 +86,75 @@ def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]])
     return df
 
 
-def flag_duplicates(df: DataFrame, id_column: str) -> DataFrame:
-    """Pure: `_reason` is null on the one row kept per id, else why the row is a duplicate."""
-    from pyspark.sql import Window
+def repeated_ids(df: DataFrame, id_column: str) -> DataFrame:
+    """Pure: the ids that occur on more than one row (`_repeated_id`), from the id column alone."""
     from pyspark.sql import functions as F
 
-    row_hash = F.xxhash64(F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])))
-    by_id = Window.partitionBy(id_column).orderBy("_row_hash")
-    flagged = (
-        df.withColumn("_row_hash", row_hash)
-        .withColumn("_rank", F.row_number().over(by_id))
-        .withColumn("_first_hash", F.first("_row_hash").over(by_id))
+    return (
+        df.groupBy(id_column)
+        .count()
+        .filter(F.col("count") > 1)
+        .select(F.col(id_column).alias("_repeated_id"))
     )
+
+
+def _indexed(df: DataFrame) -> DataFrame:
+    """A file read plus each row's file and position (`_file`, `_row`) from its `_metadata`."""
+    from pyspark.sql import functions as F
+
+    return df.select(
+        "*", F.col("_metadata.file_path").alias("_file"), F.col("_metadata.row_index").alias("_row")
+    )
+
+
+def _row_key(columns: Sequence[str]) -> Column:
+    """The hash of the row's values, then its file and position (`_indexed`): unique per row.
+
+    The hash decides which row of an id is kept, so the choice does not depend on file
+    order; rows with the same hash hold the same values, and the smallest (file, row) among
+    them picks exactly one.
+    """
+    from pyspark.sql import functions as F
+
+    return F.struct(
+        F.xxhash64(F.to_json(F.struct(*[F.col(f"`{c}`") for c in columns]))).alias("hash"),
+        F.col("_file").alias("file"),
+        F.col("_row").alias("row"),
+    )
+
+
+def kept_rows(df: DataFrame, id_column: str, repeated: DataFrame) -> DataFrame:
+    """Pure: per repeated id of the file read `df`, the key of the row kept (`_keep`, the
+    smallest `_row_key`). Only the rows of `repeated` ids are hashed."""
+    from pyspark.sql import functions as F
+
+    rows = _indexed(df)
+    rows = rows.join(repeated, rows[id_column].eqNullSafe(repeated["_repeated_id"]), "left_semi")
+    return rows.groupBy(id_column).agg(F.min(_row_key(df.columns)).alias("_keep"))
+
+
+def flag_duplicates(df: DataFrame, id_column: str, kept: DataFrame | None) -> DataFrame:
+    """Pure: `_reason` is null on the one row kept per id, else why the row is a duplicate.
+
+    `kept` is `kept_rows` of the same file read, None when no id repeats. A row whose id is
+    not in `kept` is its id's only row and is not hashed; any other is compared with its
+    id's kept row: the same key is that row, the same hash an exact duplicate, else a
+    conflicting one.
+    """
+    from pyspark.sql import functions as F
+
+    if kept is None:
+        return df.withColumn(REASON, F.lit(None).cast("string"))
+    keep = kept.select(F.col(id_column).alias("_kept_id"), "_keep")
+    rows = _indexed(df)
+    joined = rows.join(keep, rows[id_column].eqNullSafe(keep["_kept_id"]), "left")
+    key, kept_key = _row_key(df.columns), F.col("_keep")
     reason = (
-        F.when(F.col("_rank") == 1, F.lit(None).cast("string"))
-        .when(F.col("_row_hash") == F.col("_first_hash"), F.lit(EXACT_DUPLICATE))
+        F.when(kept_key.isNull() | (key == kept_key), F.lit(None).cast("string"))
+        .when(key["hash"] == kept_key["hash"], F.lit(EXACT_DUPLICATE))
         .otherwise(F.lit(CONFLICTING_DUPLICATE))
     )
-    return flagged.withColumn(REASON, reason).drop("_row_hash", "_rank", "_first_hash")
+    return joined.select(*[F.col(f"`{c}`") for c in df.columns], reason.alias(REASON))
 
 
 def clean_features(df: DataFrame, p: PreprocessParams) -> DataFrame:
@@ -157,11 +210,21 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
     from pyspark.sql import functions as F
 
     validated = common.read_complete(spark, inputs)
+    kept = None
     if p.deduplicate:
-        # Cached: counted, then written as the partition and its quarantine.
-        flagged = flag_duplicates(validated, p.id_column).cache()
-    else:
-        flagged = validated.withColumn(REASON, F.lit(None).cast("string"))
+        # Most days repeat no id: then one aggregation of the id column says so, and no row
+        # is hashed, sorted or joined. Otherwise the rows of the repeated ids pick the one
+        # kept per id, a table of one row per repeated id, cached so that the join below is
+        # planned from its real size (broadcast when small).
+        repeated = repeated_ids(validated, p.id_column).cache()
+        if repeated.count():
+            kept = kept_rows(validated, p.id_column, repeated).cache()
+            kept.count()
+        repeated.unpersist()
+    flagged = flag_duplicates(validated, p.id_column, kept)
+    if kept is not None:
+        # Counted, then written as the partition and its quarantine: joined with `kept` once.
+        flagged = flagged.cache()
     refs = [(ref, read_reference(spark, ref)) for ref in p.references]
     # Joined before the duplicates are set aside: a left join of de-duplicated keys keeps
     # every row, so one aggregation counts the kept rows, their matches and the reasons.
@@ -202,8 +265,9 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
             )
         common.write_report(spark, staging, report)
         common.write_success(spark, staging)
-    if p.deduplicate:
+    if kept is not None:
         flagged.unpersist()
+        kept.unpersist()
     return report
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import day_profile, generate
+from benchmarks import day_profile, event_log, generate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,3 +67,12 @@ def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
             # the waits name lakeprep's own lines
             assert st["longest_jvm_waits"] and all(".py:" in site for site, _ in st["longest_jvm_waits"])
         assert (tmp_path / "logs" / name / "py-spy.txt").stat().st_size > 0
+        # The same event log by call site (`python -m benchmarks.event_log`): every job once,
+        # the sites grouped and ranked by their seconds, lakeprep's own lines among them.
+        jobs = event_log.job_times(tmp_path / "logs" / name / "events")
+        assert len(jobs) == sum(st["jobs"] for st in sub["stages"].values()) + sub["untagged_jobs"], name
+        assert all(j["seconds"] >= 0 and j["tasks"] >= 1 for j in jobs), name
+        sites = event_log.by_call_site(jobs)
+        assert sum(s["jobs"] for s in sites) == len(jobs), name
+        assert [s["seconds"] for s in sites] == sorted((s["seconds"] for s in sites), reverse=True), name
+        assert any(stage in s["call_site"] for s in sites for stage in name.split("+")), sites
