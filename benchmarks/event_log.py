@@ -76,7 +76,8 @@ def job_times(folder: Path) -> list[dict[str, Any]]:
     """Each job of a submission, in order: its id, call site and seconds from submission to end.
 
     The call site is the name of the job's first stage (`collect at validate.py:476`: for
-    PySpark, the Python line of the action), which says which pass of a stage it was.
+    PySpark, the Python line of the action; `short_site`), which says which pass of a stage
+    it was.
     """
     started: dict[int, tuple[str, int, int]] = {}
     jobs = []
@@ -84,7 +85,7 @@ def job_times(folder: Path) -> list[dict[str, Any]]:
         kind = event.get("Event")
         if kind == "SparkListenerJobStart":
             infos = sorted(event.get("Stage Infos") or [], key=lambda s: s["Stage ID"])
-            name = infos[0]["Stage Name"] if infos else "(no stage)"
+            name = short_site(infos[0]["Stage Name"]) if infos else "(no stage)"
             tasks = sum(s.get("Number of Tasks", 0) for s in infos)
             started[event["Job ID"]] = (name, event["Submission Time"], tasks)
         elif kind == "SparkListenerJobEnd" and event["Job ID"] in started:
@@ -98,6 +99,16 @@ def job_times(folder: Path) -> list[dict[str, Any]]:
                 }
             )
     return sorted(jobs, key=lambda j: j["job"])
+
+
+def short_site(call_site: str) -> str:
+    """A call site as a reader wants it: the file's name, not its path (`collect at validate.py:476`);
+    the jobs adaptive execution submits from its own threads (shuffle and broadcast stages)
+    under one name."""
+    if "CompletableFuture.java" in call_site:
+        return "query stages of adaptive execution"
+    action, _, where = call_site.partition(" at ")
+    return f"{action} at {where.rsplit('/', 1)[-1]}" if where else call_site
 
 
 def by_call_site(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -116,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
+    if not any(args.folder.rglob("events_*")):
+        raise SystemExit(f"no Spark event log (events_*) under {args.folder}")
     jobs = job_times(args.folder)
     print(f"{len(jobs)} jobs, {sum(j['seconds'] for j in jobs):.1f} s in jobs")
     for site in by_call_site(jobs):
