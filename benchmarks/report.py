@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks import event_log
 from benchmarks.environment import REPO
 
 NOTES = REPO / "benchmarks" / "NOTES.md"  # hand-written reading of the committed run, appended
@@ -495,8 +494,7 @@ def _call_sites_table(passes: dict[str, Any]) -> list[str]:
     ]
     for name, p in subs:
         sites = "; ".join(
-            f"`{event_log.short_site(s['call_site'])}`: {s['seconds']:.1f} s ({s['jobs']})"
-            for s in p.get("call_sites", [])
+            f"`{s['call_site']}`: {s['seconds']:.1f} s ({s['jobs']})" for s in p.get("call_sites", [])
         )
         out.append(_row(name, sites or "-"))
     return out
