@@ -20,7 +20,10 @@ as `array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
   rows in = rows out + rows quarantined.
 - Reference tables are de-duplicated on their join keys and broadcast-joined (left), so
   a join can never add or lose rows; unmatched rows are counted per table. Their feature
-  columns are profiled into `_stats.json` (validate profiles the raw ones), for drift.
+  columns are profiled into `_stats.json` (validate profiles the raw ones), for drift:
+  a joined value is its reference row's, so the profile is taken from each table's rows
+  weighted by how many of the day's rows joined them (`reference_weights`; one row per
+  distinct key, not one per row: the same document, a fraction of the work).
 - Everything is Spark SQL functions and `pyspark.ml` built-ins: no Python UDFs.
 """
 
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 REASON = "_reason"
+WEIGHT = "_rows"  # reference_weights: the day's rows that a reference row stands for
 EXACT_DUPLICATE = "exact duplicate"
 CONFLICTING_DUPLICATE = "conflicting duplicate id"
 
@@ -57,6 +61,13 @@ class PreprocessParams:
     def __post_init__(self) -> None:
         if self.text_max_length < 1:
             raise ValueError(f"text_max_length {self.text_max_length!r} must be >= 1")
+        joined = {c["name"] for r in self.references for c in r["columns"]}
+        others = [c for c in self.stats_kinds if c not in joined]
+        if others:
+            raise ValueError(
+                f"stats_kinds {others}: preprocess profiles reference columns only "
+                f"({sorted(joined)}); validate profiles the partition's own"
+            )
 
 
 def read_reference(spark: SparkSession, ref: dict[str, Any]) -> DataFrame:
@@ -68,7 +79,8 @@ def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]])
     """Pure: left-join each reference on its keys (cast to the main table's types).
 
     Each reference contributes its declared columns plus `_matched__<name>`, true where a
-    reference row was found.
+    reference row was found. A key listed more than once keeps one row, the same whatever
+    the table's order or partitioning: the one whose columns, as JSON, sort first.
     """
     from pyspark.sql import functions as F
 
@@ -80,10 +92,45 @@ def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]])
             # the report), not a failed day (Spark 4's ANSI cast would raise).
             *[F.col(k).try_cast(dtypes[k]).alias(k) for k in keys],
             *[F.expr(c["expr"]).alias(c["name"]) for c in ref["columns"]],
-        ).dropDuplicates(keys)
+        )
+        values = [F.col(f"`{c['name']}`") for c in ref["columns"]]
+        if values:
+            row = F.struct(*values)
+            first = F.min_by(row, F.to_json(row)).alias("_ref")
+            right = right.groupBy(*keys).agg(first).select(*keys, "_ref.*")
+        else:
+            right = right.dropDuplicates(keys)
         right = right.withColumn(f"_matched__{ref['name']}", F.lit(True))
         df = df.join(F.broadcast(right), on=keys, how="left")
     return df
+
+
+def reference_weights(
+    df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]], columns: Sequence[str]
+) -> DataFrame:
+    """Pure: `columns` of the references as `join_references` gives them to `df`'s rows, one
+    row per distinct join key with `_rows`, the number of `df`'s rows with that key.
+
+    Each reference's rows stacked (its own columns, the others null); each table's
+    `_rows` sum to `df`'s row count, keys that match nothing (or are null) carry nulls:
+    `stats.partition_stats(..., weight=WEIGHT, rows=<df's rows>)` profiles them as the
+    joined rows. A reference whose keys come from an earlier reference counts the rows
+    joined with those first.
+    """
+    import functools
+
+    from pyspark.sql import functions as F
+
+    tables = []
+    for i, (ref, table) in enumerate(refs):
+        own = [c["name"] for c in ref["columns"] if c["name"] in columns]
+        if not own:
+            continue
+        keys = ref["join_keys"]
+        rows = df if all(k in df.columns for k in keys) else join_references(df, refs[:i])
+        counted = rows.groupBy(*keys).agg(F.count(F.lit(1)).alias(WEIGHT))
+        tables.append(join_references(counted, [(ref, table)]).select(*own, WEIGHT))
+    return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tables)
 
 
 def repeated_ids(df: DataFrame, id_column: str) -> DataFrame:
@@ -257,7 +304,10 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
                 layout.join(staging, layout.QUARANTINE_DIR),
             )
         if p.stats_kinds:
-            profile = stats.partition_stats(joined.select(*p.stats_kinds), p.stats_kinds)
+            passed = flagged.filter(F.col(REASON).isNull())
+            weights = reference_weights(passed, refs, list(p.stats_kinds)).cache()
+            profile = stats.partition_stats(weights, p.stats_kinds, weight=WEIGHT, rows=rows_out)
+            weights.unpersist()
             common.write_text(
                 spark,
                 layout.join(staging, layout.STATS),

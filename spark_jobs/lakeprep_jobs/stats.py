@@ -30,6 +30,15 @@ it. The format is `contracts/lakeprep_contracts/schemas/stats.schema.json`, vers
 
 Two passes over the (cached) frame: one aggregate for every scalar statistic of every
 column, and one grouping of all (column, value) pairs for all the top lists together.
+
+Weighted: with `weight`, each row of the frame stands for `weight` rows of the partition
+(a reference table's rows with the number of the partition's rows that joined each,
+`preprocess`): every count is a sum of weights, the mean and the standard deviation are
+weighted, the quantiles are the exact weighted ones (the value of rank `ceil(p * n)`,
+which is what `percentile_approx` returns while it still holds every value) and the top
+lists count weights. The document is the one the expanded rows would give, from a table
+of one row per distinct joined key instead of one per row: a third pass, over that small
+table, orders the values for the quantiles and sums the squared deviations from the mean.
 """
 
 from __future__ import annotations
@@ -87,16 +96,24 @@ def _as_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _scalar_plan(kinds: dict[str, str]) -> tuple[list[Column], list[Column]]:
+def _scalar_plan(kinds: dict[str, str], weighted: bool) -> tuple[list[Column], list[Column]]:
     """(per-row helper columns, aggregates) for every column's scalar statistics.
 
     Helpers are named `c<i>__<what>` by the column's position, so any column name (the
-    contract allows only `[a-z][a-z0-9_]*`, derived columns too) is safe in an alias.
+    contract allows only `[a-z][a-z0-9_]*`, derived columns too) is safe in an alias. The
+    helper `_w` is each row's weight (1 without weights): counts are sums of it. Weighted,
+    a numeric column's mean comes from `fsum` / `fcount` and its spread from a later pass
+    (`_weighted_spread`), since Spark's `stddev_samp` and `percentile_approx` take no weights.
     """
     from pyspark.sql import functions as F
 
+    w = F.col("_w")
+
+    def weight_of(value: Column) -> Column:
+        return F.coalesce(F.sum(F.when(value.isNotNull(), w)), F.lit(0))
+
     helpers: list[Column] = []
-    aggs: list[Column] = [F.count(F.lit(1)).alias("rows")]
+    aggs: list[Column] = [F.coalesce(F.sum(w), F.lit(0)).alias("rows")]
     infinity = F.lit(float("inf"))
     for i, (name, kind) in enumerate(kinds.items()):
         key = f"c{i}"
@@ -106,19 +123,27 @@ def _scalar_plan(kinds: dict[str, str]) -> tuple[list[Column], list[Column]]:
             helpers += [value.alias(f"{key}__value"), finite.alias(f"{key}__finite")]
             v, f = F.col(f"{key}__value"), F.col(f"{key}__finite")
             aggs += [
-                F.count(v).alias(f"{key}__count"),
-                F.count(F.when(v.isNotNull() & f.isNull(), 1)).alias(f"{key}__nan"),
+                weight_of(v).alias(f"{key}__count"),
+                weight_of(F.when(v.isNotNull() & f.isNull(), 1)).alias(f"{key}__nan"),
                 F.approx_count_distinct(v).alias(f"{key}__distinct"),
                 F.min(f).alias(f"{key}__min"),
                 F.max(f).alias(f"{key}__max"),
-                F.avg(f).alias(f"{key}__mean"),
-                F.stddev_samp(f).alias(f"{key}__stddev"),
-                F.percentile_approx(f, list(PROBABILITIES), QUANTILE_ACCURACY).alias(f"{key}__quantiles"),
             ]
+            if weighted:
+                aggs += [F.sum(f * w).alias(f"{key}__fsum"), weight_of(f).alias(f"{key}__fcount")]
+            else:
+                aggs += [
+                    F.avg(f).alias(f"{key}__mean"),
+                    F.stddev_samp(f).alias(f"{key}__stddev"),
+                    F.percentile_approx(f, list(PROBABILITIES), QUANTILE_ACCURACY).alias(f"{key}__quantiles"),
+                ]
         elif kind == "categorical":
             helpers.append(_col(name).cast("string").alias(f"{key}__value"))
             v = F.col(f"{key}__value")
-            aggs += [F.count(v).alias(f"{key}__count"), F.approx_count_distinct(v).alias(f"{key}__distinct")]
+            aggs += [
+                weight_of(v).alias(f"{key}__count"),
+                F.approx_count_distinct(v).alias(f"{key}__distinct"),
+            ]
         elif kind == "text":
             text = _col(name).cast("string")
             helpers += [
@@ -128,16 +153,81 @@ def _scalar_plan(kinds: dict[str, str]) -> tuple[list[Column], list[Column]]:
             ]
             v, n, length = (F.col(f"{key}__{x}") for x in ("value", "tokens", "length"))
             aggs += [
-                F.count(v).alias(f"{key}__count"),
-                F.sum(n).alias(f"{key}__tokens_total"),
+                weight_of(v).alias(f"{key}__count"),
+                F.sum(n * w).alias(f"{key}__tokens_total"),
                 F.max(n).alias(f"{key}__tokens_max"),
                 F.min(length).alias(f"{key}__length_min"),
                 F.max(length).alias(f"{key}__length_max"),
-                F.avg(length).alias(f"{key}__length_mean"),
+                F.sum(length * w).alias(f"{key}__length_sum"),
             ]
         else:
             raise ValueError(f"column {name!r} has statistics kind {kind!r}; expected one of {list(KINDS)}")
     return helpers, aggs
+
+
+def quantile_rank(probability: float, n: int) -> int:
+    """The rank (1-based) of the value `percentile_approx` returns for `probability` of `n`
+    values while its summary holds every value: `ceil(p * n)`, at least 1 (the minimum)."""
+    return max(1, math.ceil(probability * n))
+
+
+def _weighted_spread(
+    df: DataFrame, kinds: dict[str, str], weight: Column, scalars: dict[str, Any]
+) -> dict[int, dict[str, Any]]:
+    """Column position -> {"stddev", "quantiles"} of each weighted numeric column, in one job.
+
+    The finite values of all numeric columns stacked, their weights summed per distinct
+    value, a running sum of the weights in value order per column; the quantile of rank
+    `r` is the smallest value whose running sum reaches `r`, and the deviations from the
+    column's weighted mean (from the scalar pass) and their squares are summed beside.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    numeric = [i for i, kind in enumerate(kinds.values()) if kind == "numeric"]
+    counts = [int(scalars[f"c{i}__fcount"]) for i in numeric]
+    if not any(counts):
+        return {}
+    means = [float(scalars[f"c{i}__fsum"]) / n if n else 0.0 for i, n in zip(numeric, counts, strict=True)]
+    infinity = F.lit(float("inf"))
+    names = list(kinds)
+    entries = []
+    for slot, i in enumerate(numeric):
+        value = _col(names[i]).cast("double")
+        finite = F.when(~(F.isnan(value) | (F.abs(value) == infinity)), value)
+        entries.append(F.struct(F.lit(slot).alias("slot"), finite.alias("v"), weight.alias("w")))
+    stacked = df.select(F.explode(F.array(*entries)).alias("e")).select("e.*").where(F.col("v").isNotNull())
+    grouped = stacked.groupBy("slot", "v").agg(F.sum("w").alias("n"))
+    in_order = Window.partitionBy("slot").orderBy("v")
+    in_order = in_order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    ranked = grouped.withColumn("running", F.sum("n").over(in_order))
+
+    def per_slot(values: list[float | int]) -> Column:
+        return F.get(F.array(*[F.lit(x) for x in values]), F.col("slot"))
+
+    v, n = F.col("v"), F.col("n")
+    picks = [
+        F.min(F.when(F.col("running") >= per_slot([quantile_rank(p, c) for c in counts]), v)).alias(f"q{j}")
+        for j, p in enumerate(PROBABILITIES)
+    ]
+    deviation = v - per_slot(means)
+    rows = (
+        ranked.groupBy("slot")
+        .agg(*picks, F.sum(n * deviation).alias("shift"), F.sum(n * deviation * deviation).alias("squares"))
+        .collect()
+    )
+    out: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        slot = int(row["slot"])
+        count = counts[slot]
+        # Deviations from the rounded mean, corrected by their own sum (the shifted-data
+        # formula): as exact as the deviations, whatever the values' offset from zero.
+        squares = max(0.0, row["squares"] - row["shift"] * row["shift"] / count)
+        out[numeric[slot]] = {
+            "stddev": math.sqrt(squares / (count - 1)) if count > 1 else None,
+            "quantiles": [row[f"q{j}"] for j in range(len(PROBABILITIES))],
+        }
+    return out
 
 
 def _pair(column: str) -> Any:
@@ -164,11 +254,14 @@ def _value_pairs(kinds: dict[str, str]) -> Column | None:
     return F.concat(*[F.coalesce(a, F.array().cast(_PAIR)) for a in arrays])
 
 
-def _top_values(df: DataFrame, kinds: dict[str, str], top_k: int) -> dict[str, dict[str, Any]]:
+def _top_values(
+    df: DataFrame, kinds: dict[str, str], top_k: int, weight: Column
+) -> dict[str, dict[str, Any]]:
     """column -> {"top": [...], "distinct": n}: one grouping of all (column, value) pairs.
 
     The ranking and the distinct count run over the grouped counts (one row per distinct
-    value), not over the data; only the `top_k` rows per column reach the driver.
+    value), not over the data; only the `top_k` rows per column reach the driver. A pair
+    counts its row's `weight`.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -179,8 +272,8 @@ def _top_values(df: DataFrame, kinds: dict[str, str], top_k: int) -> dict[str, d
     }
     if pairs is None:
         return out
-    exploded = df.select(F.explode(pairs).alias("p")).select("p.column", "p.value")
-    counts = exploded.groupBy("column", "value").count()
+    exploded = df.select(F.explode(pairs).alias("p"), weight.alias("_w")).select("p.column", "p.value", "_w")
+    counts = exploded.groupBy("column", "value").agg(F.sum("_w").alias("count"))
     by_column = Window.partitionBy("column")
     ranked = counts.select(
         "column",
@@ -196,12 +289,23 @@ def _top_values(df: DataFrame, kinds: dict[str, str], top_k: int) -> dict[str, d
     return out
 
 
-def partition_stats(df: DataFrame, kinds: dict[str, str], *, top_k: int = TOP_K) -> dict[str, Any]:
+def partition_stats(
+    df: DataFrame,
+    kinds: dict[str, str],
+    *,
+    top_k: int = TOP_K,
+    weight: str | None = None,
+    rows: int | None = None,
+) -> dict[str, Any]:
     """`{"rows": n, "columns": {...}}` of `df` (see the module docstring), in two passes.
 
     Pure: reads nothing and writes nothing; the caller caches `df` when it is reused.
     `kinds` maps column -> "numeric" | "categorical" | "text", in the order the document
-    lists them.
+    lists them. `weight` names a column of positive row counts: each row stands for that
+    many rows of the partition (a third pass, over `df`, for the weighted spread). `rows`
+    is the partition's row count where the weights do not sum to it: a frame that stacks
+    tables of different columns (one per reference), each weighing the partition's rows,
+    where a column's own table alone holds its values and the others hold nulls.
     """
     from pyspark.sql import functions as F
 
@@ -210,15 +314,23 @@ def partition_stats(df: DataFrame, kinds: dict[str, str], *, top_k: int = TOP_K)
     missing = [c for c in kinds if c not in df.columns]
     if missing:
         raise ValueError(f"statistics asked for column(s) {missing} not in the data {df.columns}")
-    helpers, aggs = _scalar_plan(kinds)
-    scalars = df.select(F.lit(1).alias("_one"), *helpers).agg(*aggs).collect()[0].asDict()
-    top = _top_values(df, kinds, top_k)
-    rows = int(scalars["rows"])
+    if weight is not None and weight not in df.columns:
+        raise ValueError(f"statistics weighted by {weight!r}, which is not a column of the data {df.columns}")
+    w = F.lit(1) if weight is None else _col(weight).cast("long")
+    helpers, aggs = _scalar_plan(kinds, weighted=weight is not None)
+    scalars = df.select(w.alias("_w"), *helpers).agg(*aggs).collect()[0].asDict()
+    spread = _weighted_spread(df, kinds, w, scalars) if weight is not None else {}
+    top = _top_values(df, kinds, top_k, w)
+    rows = int(scalars["rows"]) if rows is None else rows
     columns: dict[str, dict[str, Any]] = {}
     for i, (name, kind) in enumerate(kinds.items()):
         s = {k.split("__", 1)[1]: v for k, v in scalars.items() if k.startswith(f"c{i}__")}
         count = int(s["count"])
         if kind == "numeric":
+            if weight is not None:
+                fcount = int(s["fcount"])
+                s["mean"] = float(s["fsum"]) / fcount if fcount else None
+                s.update(spread.get(i, {"stddev": None, "quantiles": None}))
             quantiles = s["quantiles"]
             columns[name] = {
                 "kind": kind,
@@ -262,7 +374,7 @@ def partition_stats(df: DataFrame, kinds: dict[str, str], *, top_k: int = TOP_K)
                 "length": {
                     "min": _as_int(s["length_min"]),
                     "max": _as_int(s["length_max"]),
-                    "mean": _as_float(s["length_mean"]),
+                    "mean": int(s["length_sum"]) / count if count else None,
                 },
                 "top": listed,
                 "top_k": top_k,

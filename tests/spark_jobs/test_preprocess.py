@@ -79,7 +79,11 @@ def test_duplicate_reference_keys_do_not_multiply_rows_and_unmatched_rows_show(s
     assert {r["v"]: r["_matched__names"] for r in rows} == {"x": True, "y": True, "z": True, "w": None}
     names = {r["v"]: r["label_name"] for r in rows}
     assert names["z"] == "two" and names["w"] is None
-    assert names["x"] in ("one", "uno", "eins") and names["x"] == names["y"]
+    # The repeated key keeps the row whose values sort first, whatever the table's order.
+    assert names["x"] == names["y"] == "eins"
+    reordered = spark.createDataFrame(table.collect()[::-1], table.schema).repartition(3)
+    again = preprocess.join_references(main, [(ref, reordered)]).collect()
+    assert {r["v"]: r["label_name"] for r in again} == names
 
 
 def test_join_keys_are_cast_to_the_main_tables_type(spark):
@@ -159,6 +163,78 @@ def test_reference_features_are_profiled_for_drift(spark, tmp_path):
     # 4 kept rows: temp 10 (a, d), 20 (b), none for c (hour 7 has no weather).
     assert doc["columns"]["temp"]["count"] == 3 and doc["columns"]["temp"]["nulls"] == 1
     assert doc["columns"]["temp"]["max"] == 20.0
+
+
+def test_the_profile_of_reference_columns_is_the_profile_of_the_joined_rows(spark, tmp_path):
+    """Taken from each reference's rows weighted by the day's rows that joined them: the same
+    document as profiling every joined row, with repeated, unmatched and null keys, a
+    quarantined duplicate, NaN, text and a reference keyed on an earlier one's column."""
+    from pyspark.sql import functions as F
+
+    from lakeprep_jobs import stats
+
+    src, weather_uri = land(spark, tmp_path)
+    ref_dir = tmp_path / "reference"
+    (ref_dir / "models").mkdir()
+    (ref_dir / "models" / "m.csv").write_text(
+        "model,maker,note\n"
+        "Boeing 737-800,Boeing,Narrow body; twin jet\n"
+        "Boeing 737-800,Boeing,a second row for the same key\n"
+        "AIRBUS a320,Airbus,NaN\n"
+        "other,,\n"
+    )
+    (ref_dir / "climate").mkdir()
+    (ref_dir / "climate" / "c.csv").write_text("temp,feel\n10.0,cold\n20.0,mild\n")
+    models = {
+        "name": "models",
+        "uri": f"file://{ref_dir}/models",
+        "format": "csv",
+        "options": {"header": "true"},
+        "join_keys": ["model"],
+        "columns": [
+            {"name": "maker", "expr": "maker"},
+            {"name": "note", "expr": "note"},
+            {"name": "note_nan", "expr": "TRY_CAST(note AS DOUBLE)"},
+        ],
+    }
+    climate = {
+        "name": "climate",
+        "uri": f"file://{ref_dir}/climate",
+        "format": "csv",
+        "options": {"header": "true"},
+        "join_keys": ["temp"],  # a column the weather reference adds
+        "columns": [{"name": "feel", "expr": "feel"}],
+    }
+    kinds = {"temp": "numeric", "maker": "categorical", "note": "text", "note_nan": "numeric", "feel": "text"}
+    refs = [weather_ref(weather_uri), models, climate]
+    out_dir = tmp_path / "out"
+    report = preprocess.run(
+        spark, [src], f"file://{out_dir}", params(weather_uri, references=refs, stats_kinds=kinds)
+    )
+    assert (report["rows_out"], report["rows_quarantined"]) == (4, 2)
+
+    # The kept rows (one "a", the kept "b") joined row by row, as before the weighting.
+    rows, out = spark.read.parquet(src).dropDuplicates(), spark.read.parquet(f"file://{out_dir}")
+    same_distance = F.nanvl(rows["distance"], F.lit(None)).eqNullSafe(out["distance"])  # NaN is null there
+    kept = rows.join(out, (rows["flight_id"] == out["id"]) & same_distance).select(rows["*"])
+    tables = [(r, preprocess.read_reference(spark, r)) for r in refs]
+    want = stats.partition_stats(preprocess.join_references(kept, tables).select(*kinds), kinds)
+    got = json.loads((out_dir / "_stats.json").read_text())
+    assert got["rows"] == want["rows"] == 4
+    for name in kinds:
+        mine, theirs = dict(got["columns"][name]), dict(want["columns"][name])
+        for key in ("mean", "stddev"):
+            if theirs.get(key) is not None:
+                assert mine.pop(key) == pytest.approx(theirs.pop(key), rel=1e-12), (name, key)
+        assert mine == theirs, name
+    assert got["columns"]["temp"]["count"] == 3 and got["columns"]["note_nan"]["nan"] == 1
+
+
+def test_preprocess_profiles_reference_columns_only(spark):
+    with pytest.raises(
+        ValueError, match=r"stats_kinds \['distance'\]: preprocess profiles reference columns"
+    ):
+        params("file:///nowhere", stats_kinds={"distance": "numeric"})
 
 
 def test_the_kept_duplicate_does_not_depend_on_row_order(spark, tmp_path):
