@@ -90,6 +90,29 @@ class Moments:
     def non_zeros(self) -> int:
         return self.count - self.zeros
 
+    def filled(self, rows: int, fill: float) -> Moments:
+        """The moments of the same column over `rows` rows with each missing value (null or
+        NaN: `rows - count` of them) replaced by the finite `fill`, exactly as
+        `exact_moments` would find them over `coalesce(value, fill)`, with no pass over the
+        data: the sums are exact, so adding the fills to them is too."""
+        if rows < self.count:
+            raise ValueError(f"filled: {rows} rows, fewer than the {self.count} values counted")
+        if not math.isfinite(fill):
+            raise ValueError(f"filled: the fill {fill!r} must be finite")
+        missing, exact = rows - self.count, Fraction(fill)
+        if not missing:
+            return self
+        return Moments(
+            count=rows,
+            zeros=self.zeros + (missing if fill == 0 else 0),
+            positive_infinities=self.positive_infinities,
+            negative_infinities=self.negative_infinities,
+            total=self.total + missing * exact,
+            squares=self.squares + missing * exact * exact,
+            minimum=fill if self.minimum is None else min(self.minimum, fill),
+            maximum=fill if self.maximum is None else max(self.maximum, fill),
+        )
+
 
 def _to_float(value: Fraction) -> float:
     """Correctly rounded; beyond the double range, +-inf (squares of values near 1e308)."""

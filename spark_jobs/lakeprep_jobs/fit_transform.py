@@ -179,7 +179,9 @@ def fit_numeric(
 ) -> tuple[list[dict], list[dict], list[str]]:
     """(numeric entries of transform.json, dropped features, constant columns).
 
-    Two aggregates over `train`.
+    One aggregate over `train` (`rows` rows) for the counts and means, one for the
+    quantiles where a column uses them, and one more for the scaling of clipped columns
+    (standard scaling of an unclipped one follows from the first: `Moments.filled`).
     """
     from pyspark.sql import functions as F
 
@@ -222,16 +224,21 @@ def fit_numeric(
         return x
 
     second, standard = [], {}
+    scaled: dict[str, Any] = {}
     for col, fill, clip in prepared:
         c, x = col["name"], imputed(col["name"], fill, clip)
-        if col["scaling"] == "standard":
+        if col["scaling"] == "standard" and not clip:
+            # The imputed column's moments follow from the raw ones (exact sums): no pass.
+            m = raw[c].filled(rows, fill)
+            scaled[f"center__{c}"], scaled[f"spread__{c}"] = m.mean, m.stddev
+        elif col["scaling"] == "standard":
             standard[c] = x
         elif col["scaling"] == "minmax":
             second += [F.min(x).alias(f"center__{c}"), (F.max(x) - F.min(x)).alias(f"spread__{c}")]
         elif col["scaling"] == "robust":
             q = F.percentile_approx(x, [0.25, 0.5, 0.75], QUANTILE_ACCURACY)
             second += [q[1].alias(f"center__{c}"), (q[2] - q[0]).alias(f"spread__{c}")]
-    scaled = train.agg(*second).collect()[0].asDict() if second else {}
+    scaled.update(train.agg(*second).collect()[0].asDict() if second else {})
     for c, m in exact_moments(train, standard).items():
         scaled[f"center__{c}"], scaled[f"spread__{c}"] = m.mean, m.stddev
 

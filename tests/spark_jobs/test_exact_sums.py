@@ -110,3 +110,29 @@ def test_a_group_too_large_for_exact_long_sums_fails_loudly(spark, monkeypatch):
     with pytest.raises(OverflowError, match="'x'.*one binary exponent"):
         exact_moments(df, {"x": df["x"]})
     assert exact_moments(df.limit(2), {"x": df["x"]})["x"].count == 2
+
+
+@pytest.mark.parametrize("fill", [2.5, 0.0, -1e300, 1 / 3])
+def test_filled_moments_are_the_moments_of_the_filled_column(spark, fill):
+    """fit_transform scales the imputed column from the raw one's moments, with no pass."""
+    from pyspark.sql import functions as F
+
+    values = [1.0, None, float("nan"), 3.0, 0.0, None, 1e-300, -7.25, 1e15]
+    df = spark.createDataFrame([(v,) for v in values], "x double")
+    x = F.nanvl(F.col("x"), F.lit(None).cast("double"))
+    got = exact_moments(df, {"x": x})["x"].filled(len(values), fill)
+    want = exact_moments(df, {"x": F.coalesce(x, F.lit(fill))})["x"]
+    assert got == want
+    assert (got.mean, got.variance) == (want.mean, want.variance)  # the same bits
+
+
+def test_filling_needs_enough_rows_and_a_finite_fill(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(1.0,), (None,)], "x double")
+    m = exact_moments(df, {"x": F.col("x")})["x"]
+    assert m.filled(1, 5.0) is m  # nothing missing
+    with pytest.raises(ValueError, match="fewer than the 1 values"):
+        m.filled(0, 5.0)
+    with pytest.raises(ValueError, match="must be finite"):
+        m.filled(2, math.inf)
