@@ -80,7 +80,8 @@ def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]])
 
     Each reference contributes its declared columns plus `_matched__<name>`, true where a
     reference row was found. A key listed more than once keeps one row, the same whatever
-    the table's order or partitioning: the one whose columns, as JSON, sort first.
+    the table's order or partitioning: the smallest by its declared columns in order
+    (nulls first), as serving's `join_references` picks it.
     """
     from pyspark.sql import functions as F
 
@@ -95,8 +96,7 @@ def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]])
         )
         values = [F.col(f"`{c['name']}`") for c in ref["columns"]]
         if values:
-            row = F.struct(*values)
-            first = F.min_by(row, F.to_json(row)).alias("_ref")
+            first = F.min(F.struct(*values)).alias("_ref")
             right = right.groupBy(*keys).agg(first).select(*keys, "_ref.*")
         else:
             right = right.dropDuplicates(keys)

@@ -19,7 +19,7 @@ from tests.training.transform_doc import PREPROCESS, VALIDATE, make_doc
 HEADER = "year,month,day,carrier,flight,distance,arr_delay,tailnum,time_hour,note"
 PLANES = (
     "tailnum,seats,manufacturer,model\n"
-    "N1,149,BOEING,737-824\nN1,1,DUPLICATE,x\nN2,55,EMBRAER,ERJ 145\nN3,NA,,\n"
+    "N1,149,BOEING,737-824\nN1,150,DUPLICATE,x\nN2,55,EMBRAER,ERJ 145\nN3,NA,,\n"
 )
 
 
@@ -274,8 +274,37 @@ def test_reference_joins_deduplicate_and_keep_every_row(tmp_path):
     ref = PREPROCESS["references"][0]
     joined = serving.join_references(table, [ref], {"planes": write(tmp_path, "p.csv", PLANES)})
     assert joined.column("k").to_pylist() == [1, 2, 3, 4, 5]
-    assert joined.column("seats").to_pylist() == [149.0, 55.0, None, None, None]  # first of the duplicates
+    # N1 is listed twice: the row smallest by (seats, plane_model) is kept, as preprocess keeps it.
+    assert joined.column("seats").to_pylist() == [149.0, 55.0, None, None, None]
     assert joined.column("plane_model").to_pylist() == ["BOEING 737-824", "EMBRAER ERJ 145", "", None, None]
+
+
+def test_a_repeated_reference_key_keeps_the_row_preprocess_keeps(spark, tmp_path):
+    """The same reference row per key in serving (DuckDB) as in preprocess (Spark), whatever
+    the file order: ties on the first column, nulls and a key listed three times."""
+    from lakeprep_jobs import preprocess
+
+    ref = PREPROCESS["references"][0]
+    lines = [
+        "N1,149,BOEING,737-824",
+        "N1,149,AIRBUS,A320",
+        "N1,,ZZZ,nulls first",
+        "N2,55,EMBRAER,ERJ 145",
+        "N2,7,,",
+        "N3,1,B,b",
+        "N3,1,A,b",
+    ]
+    table = pa.table({"tailnum": ["N1", "N2", "N3", "N9"], "k": [1, 2, 3, 4]})
+    for order in (lines, lines[::-1]):
+        csv = write(tmp_path, "planes.csv", "tailnum,seats,manufacturer,model\n" + "\n".join(order) + "\n")
+        ours = serving.join_references(table, [ref], {"planes": csv}).to_pylist()
+        df = spark.createDataFrame(table.to_pylist(), "tailnum string, k long")
+        reference = preprocess.read_reference(spark, {**ref, "uri": f"file://{csv}"})
+        theirs = preprocess.join_references(df, [(ref, reference)]).orderBy("k").collect()
+        assert [(r["seats"], r["plane_model"]) for r in ours] == [
+            (r["seats"], r["plane_model"]) for r in theirs
+        ]
+        assert [r["plane_model"] for r in ours] == ["ZZZ nulls first", "", "A b", None]
 
 
 def test_carried_reference_columns_are_used_as_they_are(tmp_path):

@@ -777,9 +777,9 @@ def join_references(
 
     The reference's keys are cast (``try_cast``) to the main table's types, so an
     unparseable key never matches; the table is de-duplicated on its keys, keeping the
-    first row in file order (Spark's ``dropDuplicates`` keeps an arbitrary one: a
-    reference with conflicting duplicates is ambiguous in Spark too). A reference whose
-    output columns the input already carries is used as it is and needs no source.
+    row that is smallest by its output columns in order (nulls first), the row preprocess
+    keeps whatever the file order. A reference whose output columns the input already
+    carries is used as it is and needs no source.
 
     :raises ServingError: naming the reference, when neither its columns nor its source
         is given.
@@ -829,10 +829,11 @@ def join_references(
         key_list = ", ".join(f'"{k}"' for k in keys)
         on = " AND ".join(f'l."{k}" = r."{k}"' for k in keys)
         picked = ", ".join(f'r."{c}"' for c in outputs)
+        smallest = ", ".join([*(f'"{c}" ASC NULLS FIRST' for c in outputs), "__order"])
         joined = _fetch(
             con.sql(
                 f"WITH r AS (SELECT * FROM __right QUALIFY row_number() OVER (PARTITION BY {key_list} "
-                f"ORDER BY __order) = 1) "
+                f"ORDER BY {smallest}) = 1) "
                 f"SELECT l.*, {picked} FROM __left l LEFT JOIN r ON {on} ORDER BY l.__row"
             )
         )
