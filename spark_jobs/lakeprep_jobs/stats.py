@@ -96,6 +96,14 @@ def _as_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _numeric(name: str) -> tuple[Column, Column]:
+    """(the column as double, the same where finite else null): what numeric statistics read."""
+    from pyspark.sql import functions as F
+
+    value = _col(name).cast("double")
+    return value, F.when(~(F.isnan(value) | (F.abs(value) == F.lit(float("inf")))), value)
+
+
 def _scalar_plan(kinds: dict[str, str], weighted: bool) -> tuple[list[Column], list[Column]]:
     """(per-row helper columns, aggregates) for every column's scalar statistics.
 
@@ -114,12 +122,10 @@ def _scalar_plan(kinds: dict[str, str], weighted: bool) -> tuple[list[Column], l
 
     helpers: list[Column] = []
     aggs: list[Column] = [F.coalesce(F.sum(w), F.lit(0)).alias("rows")]
-    infinity = F.lit(float("inf"))
     for i, (name, kind) in enumerate(kinds.items()):
         key = f"c{i}"
         if kind == "numeric":
-            value = _col(name).cast("double")
-            finite = F.when(~(F.isnan(value) | (F.abs(value) == infinity)), value)
+            value, finite = _numeric(name)
             helpers += [value.alias(f"{key}__value"), finite.alias(f"{key}__finite")]
             v, f = F.col(f"{key}__value"), F.col(f"{key}__finite")
             aggs += [
@@ -189,13 +195,11 @@ def _weighted_spread(
     if not any(counts):
         return {}
     means = [float(scalars[f"c{i}__fsum"]) / n if n else 0.0 for i, n in zip(numeric, counts, strict=True)]
-    infinity = F.lit(float("inf"))
     names = list(kinds)
-    entries = []
-    for slot, i in enumerate(numeric):
-        value = _col(names[i]).cast("double")
-        finite = F.when(~(F.isnan(value) | (F.abs(value) == infinity)), value)
-        entries.append(F.struct(F.lit(slot).alias("slot"), finite.alias("v"), weight.alias("w")))
+    entries = [
+        F.struct(F.lit(slot).alias("slot"), _numeric(names[i])[1].alias("v"), weight.alias("w"))
+        for slot, i in enumerate(numeric)
+    ]
     stacked = df.select(F.explode(F.array(*entries)).alias("e")).select("e.*").where(F.col("v").isNotNull())
     grouped = stacked.groupBy("slot", "v").agg(F.sum("w").alias("n"))
     in_order = Window.partitionBy("slot").orderBy("v")
