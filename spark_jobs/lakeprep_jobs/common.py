@@ -250,21 +250,27 @@ def list_files(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
     )
 
 
-def parquet_rows(spark: SparkSession, uri: str) -> int:
-    """Rows in the Parquet files directly under `uri`, from their footers: no Spark job.
+def parquet_file_rows(spark: SparkSession, uri: str) -> dict[str, int]:
+    """File name -> rows, for the Parquet files directly under `uri`, from their footers:
+    no Spark job.
 
     parquet-java's `ParquetFileReader.getRecordCount` sums the row groups a footer lists
     (what a reader of the file will get); hidden files (`_SUCCESS`, `.crc`) are skipped
     as Spark's readers skip them.
     """
-    rows = 0
+    rows = {}
     for status in _parquet_files(spark, uri):
         reader = _open_footer(spark, status)
         try:
-            rows += int(reader.getRecordCount())
+            rows[str(status.getPath().getName())] = int(reader.getRecordCount())
         finally:
             reader.close()
     return rows
+
+
+def parquet_rows(spark: SparkSession, uri: str) -> int:
+    """Rows in the Parquet files directly under `uri`, from their footers: no Spark job."""
+    return sum(parquet_file_rows(spark, uri).values())
 
 
 def rename(spark: SparkSession, src: str, dst: str) -> None:
