@@ -572,6 +572,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         init_process_group(device)
     try:
         fit(manifest, args, env, device, transform, precision, preflight=memory)
+        if dist.is_initialized():
+            # Every rank past its last collective before any tears the group down: rank 0
+            # writes the run's files after the last step, and a rank that destroyed gloo's
+            # group meanwhile could abort at exit ("terminate called without an active
+            # exception", SIGABRT, failing the whole torchrun). Not after an error: the
+            # others would wait here until torchrun stops them.
+            dist.barrier()
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
