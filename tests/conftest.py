@@ -124,6 +124,8 @@ def spark():
     """One local Spark session for the run: 2 threads, few shuffle partitions, no UI, UTC."""
     from pyspark.sql import SparkSession
 
+    from lakeprep_airflow.operators.spark_stage import JIT_JAVA_OPTIONS
+
     # py4j logs "Closing down clientserver connection" at INFO while the interpreter shuts
     # down, after pytest closed its log handlers ("--- Logging error ---" noise).
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -138,6 +140,8 @@ def spark():
         # HADOOP_CONF_DIR (whose fs.defaultFS is the loopback NameNode).
         .config("spark.hadoop.fs.defaultFS", "file:///")
         .config("spark.driver.memory", "1g")
+        # As every stage's submission runs (SparkStageOperator): generated code JIT-compiled.
+        .config("spark.driver.extraJavaOptions", JIT_JAVA_OPTIONS)
         .getOrCreate()
     )
     yield session

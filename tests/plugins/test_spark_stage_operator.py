@@ -181,7 +181,8 @@ def test_spark_logs_at_the_specs_level_from_the_stages_log4j2_file(monkeypatch):
     assert op.conf["spark.log.level"] == "WARN"  # the knob's default
     assert op.conf["spark.executor.syncLogLevel.enabled"] == "true"
     assert op.conf["spark.driver.extraJavaOptions"] == (
-        f"-Dlog4j2.configurationFile={config.as_uri()} -Dlakeprep.spark.log.level=WARN"
+        f"-Dlog4j2.configurationFile={config.as_uri()} -Dlakeprep.spark.log.level=WARN "
+        "-XX:-DontCompileHugeMethods"
     )
     assert not op.files  # local and client mode: the driver reads the file on this worker
     cmd = op._get_hook()._build_spark_submit_command(op.application)
@@ -190,7 +191,7 @@ def test_spark_logs_at_the_specs_level_from_the_stages_log4j2_file(monkeypatch):
     loud = make_op(stage="validate", overrides={"spark.log_level": "INFO"})
     loud.prepare_submission("r")
     assert loud.conf["spark.log.level"] == "INFO"
-    assert loud.conf["spark.driver.extraJavaOptions"].endswith("-Dlakeprep.spark.log.level=INFO")
+    assert "-Dlakeprep.spark.log.level=INFO " in loud.conf["spark.driver.extraJavaOptions"]
     with pytest.raises(ValueError, match=r"spark\.log_level: 'LOUD' is not one of"):
         make_op(overrides={"spark.log_level": "LOUD"}).prepare_submission("r")
 
@@ -206,6 +207,25 @@ def test_explicit_java_options_and_log_level_win_over_the_stages_defaults():
     explicit = make_op(conf={"spark.log.level": "ERROR"})
     explicit.prepare_submission("r")
     assert explicit.conf["spark.log.level"] == "ERROR"
+
+
+def test_driver_and_executors_jit_compile_the_huge_methods_of_generated_code():
+    op = make_op(stage="validate")
+    op.prepare_submission("r")
+    first = dict(op.conf)
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        assert op.conf[key].split().count("-XX:-DontCompileHugeMethods") == 1, key
+    op.prepare_submission("r")  # prepared again (a retry): each option once
+    assert op.conf == first
+    cmd = " ".join(op._get_hook()._build_spark_submit_command(op.application))
+    assert "--conf spark.executor.extraJavaOptions=-XX:-DontCompileHugeMethods " in cmd
+    # Explicit options come after lakeprep's, and the JVM keeps the last: a deployment can
+    # turn it back off.
+    mine = make_op(conf={"spark.executor.extraJavaOptions": "-XX:+DontCompileHugeMethods -Xss4m"})
+    mine.prepare_submission("r")
+    assert mine.conf["spark.executor.extraJavaOptions"] == (
+        "-XX:-DontCompileHugeMethods -XX:+DontCompileHugeMethods -Xss4m"
+    )
 
 
 def test_cluster_deploy_mode_ships_the_log4j2_file_to_the_driver(monkeypatch):

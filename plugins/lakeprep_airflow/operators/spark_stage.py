@@ -49,6 +49,7 @@ __all__ = [
     "StageFailed",
     "fused_argv",
     "parse_overrides",
+    "spark_jvm_conf",
     "spark_log_conf",
     "stage_argv",
 ]
@@ -107,6 +108,35 @@ class StageCall(NamedTuple):
     argv: list[str]
 
 
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
+# Whole-stage code generation compiles each stage of a query into one Java method, and a
+# contract of a few dozen columns typed and checked per row gives a method past 8,000
+# bytes of bytecode, which HotSpot never JIT-compiles by default (DontCompileHugeMethods):
+# the JVM interprets it for every row. Compiling it made validate's typing and checking
+# of 1 M rows 3x faster (benchmarks/NOTES.md). Spark's alternative knob,
+# spark.sql.codegen.hugeMethodLimit=8000, drops such plans to per-operator code instead,
+# which measured slower here. Driver and executors both run generated code.
+JIT_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
+
+
+def with_java_options(conf: Mapping[str, str], key: str, options: str) -> dict[str, str]:
+    """`conf` with `options` placed before the JVM options `conf[key]` already has.
+
+    The JVM keeps the last of repeated options, so an explicit one in `conf` wins. Added
+    once: options prepared before (a task preparing its submission again) are not repeated.
+    """
+    given = " ".join((conf.get(key) or "").replace(options, "", 1).split())
+    return {**conf, key: f"{options} {given}" if given else options}
+
+
+def spark_jvm_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """`conf` plus the JIT option every stage's driver and executors run with (JIT_JAVA_OPTIONS)."""
+    for key in (DRIVER_JAVA_OPTIONS, EXECUTOR_JAVA_OPTIONS):
+        conf = with_java_options(conf, key, JIT_JAVA_OPTIONS)
+    return dict(conf)
+
+
 def spark_log_conf(conf: Mapping[str, str], level: str, config_uri: str) -> dict[str, str]:
     """`conf` plus what makes Spark log at `level`, configured by the log4j2 file `config_uri`.
 
@@ -117,14 +147,11 @@ def spark_log_conf(conf: Mapping[str, str], level: str, config_uri: str) -> dict
     synced to them by `lakeprep_jobs.common`). An explicit `spark.log.level` wins too.
     """
     driver = f"-Dlog4j2.configurationFile={config_uri} -Dlakeprep.spark.log.level={level}"
-    given = conf.get("spark.driver.extraJavaOptions") or ""
-    given = given.removeprefix(driver).strip()  # prepared before: added once
-    return {
-        "spark.log.level": level,
-        "spark.executor.syncLogLevel.enabled": "true",
-        **conf,
-        "spark.driver.extraJavaOptions": f"{driver} {given}" if given else driver,
-    }
+    return with_java_options(
+        {"spark.log.level": level, "spark.executor.syncLogLevel.enabled": "true", **conf},
+        DRIVER_JAVA_OPTIONS,
+        driver,
+    )
 
 
 # Spark's log4j2 layout (and the stages' Python logging): `26/01/31 12:00:00 WARN Utils: ...`.
@@ -264,7 +291,8 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
             **spec.data.get("spark", {}).get("conf", {}),
             **(self.conf or {}),
         }
-        self.conf = spark_log_conf(conf, spec.data["spark"]["log_level"], self._log4j2_config_uri())
+        level = spec.data["spark"]["log_level"]
+        self.conf = spark_log_conf(spark_jvm_conf(conf), level, self._log4j2_config_uri())
         return calls[0].inputs, calls[-1].output
 
     def _log4j2_config_uri(self) -> str:
