@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import collections
 import gc
+import hashlib
 import json
 import math
 import threading
 import time
+import warnings
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -138,6 +140,54 @@ def test_a_corrupt_value_fails_naming_the_shard_and_column(copied_export, column
         ValueError, match=r"splits.train rank 0 shard shards/train/shard-00002.parquet: " + message
     ):
         list(RankBatches(manifest, "train", 0, world_size=1))
+
+
+def test_batches_are_writable_tensors_read_without_warnings(export_two_ranks):
+    # One text feature is handed over as a view of the decoded ids, not a copy: it must
+    # still be an ordinary writable tensor (torch warns on read-only numpy memory), and
+    # writing into one batch must leave the next read of the rows as they are.
+    manifest = load_manifest(str(export_two_ranks))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = next(iter(RankBatches(manifest, "train", 0)))
+        first.text += 1
+        first.numeric.zero_()
+        again = next(iter(RankBatches(manifest, "train", 0)))
+    assert torch.equal(first.text, again.text + 1)
+    assert again.numeric.abs().sum() > 0
+
+
+def test_a_text_column_becomes_its_id_matrix_without_a_copy():
+    # Sliced, as a rank's span slices a row group: the view starts at the slice's ids.
+    column = pa.chunked_array([pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.int32()))]).slice(1)
+    tokens = dataset._token_matrix(column, 2, 2, "shard-0")
+    values = column.chunk(0).flatten()
+    assert tokens.tolist() == [[3, 4], [5, 6]] and tokens.flags.writeable
+    assert tokens.ctypes.data == values.buffers()[1].address + values.offset * 4
+
+
+def test_text_features_of_different_lengths_share_one_zero_padded_tensor(copied_export, edit_manifest):
+    # A second text feature, 2 ids long, beside txt__t (4): both in one [B, 2, 4] tensor.
+    for path in sorted((copied_export.parent / "shards").rglob("*.parquet")):
+        table = pq.read_table(path)
+        short = pa.array([[i % 7 + 1, 0] for i in range(table.num_rows)], type=pa.list_(pa.int32()))
+        pq.write_table(table.append_column("txt__u", short), path, row_group_size=40)
+
+    def add_feature(raw):
+        raw["features"].append(
+            {"name": "txt__u", "role": "text", "dtype": "int32", "shape": [2], "vocab_size": 16}
+        )
+        for split in raw["splits"].values():
+            for shard in split["shards"]:
+                data = (copied_export.parent / shard["path"]).read_bytes()
+                shard["bytes"], shard["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+
+    manifest = load_manifest(str(edit_manifest(copied_export, add_feature)))
+    shard = pq.read_table(manifest.split("train").shards[0].location)
+    batch = next(iter(RankBatches(manifest, "train", 0, world_size=1)))
+    assert batch.text.shape == (32, 2, 4)
+    assert batch.text[:5, 0, :].tolist() == shard.column("txt__t").to_pylist()[:5]
+    assert batch.text[:5, 1, :].tolist() == [[i % 7 + 1, 0, 0, 0] for i in range(5)]
 
 
 def test_finite_numerics_whose_sum_overflows_float32_still_read(copied_export):
