@@ -4,7 +4,8 @@
 
 Each reader goes over the same rows, every split of the export (train, validation,
 test) with the manifest's batch size, once as a warm-up (the shards in the page cache,
-imports done), then in timed passes until `--min-seconds` have passed (one pass at least;
+imports done; then what start-up left is frozen for the garbage collector, as the trainer
+does for its epochs), then in timed passes until `--min-seconds` have passed (one pass at least;
 a pass over 1 M rows takes the floor tens of milliseconds, too short to time once); it
 prints the median pass's rows per second and the number of passes. The parent runs each
 reader in a fresh process per repetition (peak memory is that process's), alternating
@@ -23,6 +24,7 @@ readers within a repetition.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -117,6 +119,10 @@ def measure(manifest_uri: str, reader: str, min_seconds: float = MIN_SECONDS) ->
         "pandas_dataloader": _pandas_dataloader,
     }[reader]
     read(manifest)  # warm-up: page cache, imports, allocator
+    # As the trainer runs its epochs (train.frozen_startup_objects): what start-up left is
+    # frozen, so the collector's full collections do not walk it again. Every reader alike.
+    gc.collect()
+    gc.freeze()
     passes: list[float] = []
     while not passes or sum(passes) < min_seconds:
         start = time.perf_counter()

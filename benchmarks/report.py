@@ -27,19 +27,13 @@ STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards") 
 NOT_DONE = """\
 ## Not measured yet (issue 10)
 
-- 16 M rows: the targets there (staged <= 4x the floor, fused <= 2x), the scaling from
-  4 M to 16 M (time under 4.4x, memory flat) and the 8 GiB crossover measured rather than
-  extrapolated. The harness runs them (`--rows 16000000`, about an hour on this machine
-  when it is quiet and at its usual speed); the first 4 M attempts failed (export_shards
-  out of heap at Spark's 1 GiB default) or crawled (fit_transform's exact moments), which
-  was fixed first, so only 4 M ran. A later session found the machine about 3x slower
-  than usual (an empty submission 18 s on an idle machine against 5 to 6 s before) and
-  did not start it.
 - The `profile` part (py-spy and the event log) at 4 M and 16 M rows: it ran on the small
-  day only, so the stages' cost at scale is read from the jobs and passes of (a').
-- The input pipeline at 1 M rows and more with repeated timed passes (each reader times
-  passes for 2 s since 4815d29; the 1 M figures in (b) are from one pass each, the 200 k
-  ones from 40 to 69 passes).
+  day only, so the stages' cost at scale is read from the jobs and passes of (a') and from
+  the stage A/B runs (`python -m benchmarks.stage_ab`) the notes below describe.
+- The single-node versions at 16 M rows take 15 to 19 GB (section (d)): the 8 GiB
+  crossover is interpolated between the measured 4 M and 16 M rows, not searched for.
+- The trainer's input pipeline on a GPU host (pinned batches copied to the device while
+  the step runs): this machine has none; (b) measures batches on the CPU.
 """
 
 

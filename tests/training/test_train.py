@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -180,3 +181,26 @@ def test_two_rank_torchrun_on_cpu_takes_equal_steps(export_two_ranks, tmp_path):
     assert telemetry["totals_s"]["comm"] > 0
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["validation"]["rows"] == 120
+
+
+def test_the_epochs_run_with_start_up_objects_frozen_and_thawed_after(export_one_rank, tmp_path, monkeypatch):
+    from lakeprep_train import train
+
+    frozen_at_each_epoch = []
+    real_iter = train.RankBatches.__iter__
+
+    def spying_iter(self):
+        frozen_at_each_epoch.append(gc.get_freeze_count())
+        return real_iter(self)
+
+    monkeypatch.setattr(train.RankBatches, "__iter__", spying_iter)
+    args = ["--manifest", str(export_one_rank), "--output", str(tmp_path / "m"), "--epochs", "2"]
+    assert train.main([*args, "--device", "cpu"]) == 0
+    assert len(frozen_at_each_epoch) == 2 and min(frozen_at_each_epoch) > 0
+    assert gc.get_freeze_count() == 0
+
+    # An epoch that fails thaws them too (in-process callers go on allocating).
+    with pytest.raises(RuntimeError, match="a failed epoch"), train.frozen_startup_objects():
+        assert gc.get_freeze_count() > 0
+        raise RuntimeError("a failed epoch")
+    assert gc.get_freeze_count() == 0
