@@ -204,3 +204,16 @@ def test_the_epochs_run_with_start_up_objects_frozen_and_thawed_after(export_one
         assert gc.get_freeze_count() > 0
         raise RuntimeError("a failed epoch")
     assert gc.get_freeze_count() == 0
+
+
+def test_a_host_that_froze_objects_itself_keeps_them_frozen():
+    from lakeprep_train import train
+
+    gc.freeze()
+    try:
+        held = gc.get_freeze_count()
+        with train.frozen_startup_objects():
+            assert gc.get_freeze_count() == held
+        assert gc.get_freeze_count() == held
+    finally:
+        gc.unfreeze()

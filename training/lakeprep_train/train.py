@@ -236,8 +236,12 @@ def frozen_startup_objects():
     (35,000 batches) of the 16 M-row benchmark's export, 70 ms of a 1.1 s pass
     (benchmarks/NOTES.md).
     Collected first (nothing unreachable is frozen), frozen for the epochs, thawed after,
-    as Airflow's DAG processor does for its parse children.
+    as Airflow's DAG processor does for its parse children. A host process that froze
+    objects itself keeps its own arrangement: nothing is frozen or thawed here.
     """
+    if gc.get_freeze_count():
+        yield
+        return
     gc.collect()
     gc.freeze()
     try:
