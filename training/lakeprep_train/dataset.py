@@ -142,22 +142,20 @@ class FeatureLayout:
             ids = table.column(f.name).to_numpy()
             _check_ids(ids, f.cardinality, f"{where}: categorical {f.name!r}", "cardinality")
             categorical[:, j] = ids
-        text = None
-        for j, f in enumerate(self.text):
+        tokens = []
+        for f in self.text:
             at = f"{where}: text {f.name!r}"
-            tokens = _token_matrix(table.column(f.name), n, f.length, at)
-            _check_ids(tokens, f.vocab_size, at, "vocab_size")
-            if len(self.text) == 1 and f.length == self.text_length and tokens.flags.writeable:
-                # One text feature: its ids, row after row, already are the [n, 1, L]
-                # matrix, in a buffer this row group alone holds. No copy.
-                text = tokens.reshape(n, 1, f.length)
-                break
-            if text is None:
-                text = _empty((n, len(self.text), self.text_length), ID_DTYPE)
-            text[:, j, : f.length] = tokens
-            text[:, j, f.length :] = 0
-        if text is None:
-            text = _empty((n, 0, 0), ID_DTYPE)
+            tokens.append(_token_matrix(table.column(f.name), n, f.length, at))
+            _check_ids(tokens[-1], f.vocab_size, at, "vocab_size")
+        if len(tokens) == 1 and tokens[0].flags.writeable:
+            # One text feature: its ids, row after row, already are the [n, 1, L] matrix,
+            # in a buffer this row group alone holds. No copy.
+            text = tokens[0].reshape(n, 1, self.text_length)
+        else:
+            text = _empty((n, len(self.text), self.text_length), ID_DTYPE)
+            for j, (f, ids) in enumerate(zip(self.text, tokens, strict=True)):
+                text[:, j, : f.length] = ids
+                text[:, j, f.length :] = 0
         block: _Block = {
             "numeric": numeric,
             "categorical": categorical,
