@@ -135,44 +135,17 @@ def _per_class(values: dict[str, Any], default: Any) -> Column:
 def rank_within_class(df: DataFrame, counts: dict[str, int], key: Column) -> DataFrame:
     """Pure: `_rank`, the 0-based position of each row within its class in (key, id) order.
 
-    `counts` are the rows per class of `df`. Like `export_shards.number_rows`, without a
-    window over a whole class (which would put a class in one task): one global sort by
-    (label, key, id), `monotonically_increasing_id` (partition << 33 + position) turned
-    into a dense index through per-partition offsets, minus the class's first index.
-    The ids must be unique within `df`.
+    `counts` are the rows per class of `df`. One global sort by (label, key, id), numbered
+    without a window over a whole class (which would put a class in one task):
+    `exact.number_in_order`, restarting at each class. The ids must be unique within `df`.
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ordered = df.orderBy(F.col(layout.LABEL), key, F.col(layout.ID)).withColumn(
-        "_mid", F.monotonically_increasing_id()
-    )
-    # Materialised once: the sort's range boundaries come from sampling (see number_rows).
-    ordered = ordered.localCheckpoint(eager=True)
-    ordered = ordered.withColumn("_part", F.shiftright("_mid", 33)).withColumn(
-        "_pos", F.col("_mid") - F.shiftleft(F.col("_part"), 33)
-    )
-    offsets = (
-        ordered.groupBy("_part")
-        .count()
-        .withColumn(
-            "_offset",
-            F.coalesce(
-                F.sum("count").over(Window.orderBy("_part").rowsBetween(Window.unboundedPreceding, -1)),
-                F.lit(0),
-            ),
-        )
-        .select("_part", "_offset")
-    )
-    starts, running = {}, 0
-    for c in sorted(counts, key=int):
-        starts[c] = running
-        running += counts[c]
-    return (
-        ordered.join(F.broadcast(offsets), "_part")
-        .withColumn("_rank", F.col("_offset") + F.col("_pos") - _per_class(starts, 0))
-        .drop("_mid", "_part", "_pos", "_offset")
-    )
+    from lakeprep_jobs import exact
+
+    label = F.col(layout.LABEL)
+    sizes = {int(c): counts[c] for c in sorted(counts, key=int)}
+    return exact.number_in_order(df, [label, key, F.col(layout.ID)], "_rank", groups=(label, sizes))
 
 
 def rebalance(train: DataFrame, counts: dict[str, int], p: BalanceParams) -> DataFrame:

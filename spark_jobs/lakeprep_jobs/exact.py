@@ -490,3 +490,47 @@ def with_names(df: DataFrame, column: str, names: Sequence[str]) -> DataFrame:
     for i in reversed(range(len(names) - 1)):
         named = F.when(F.col(column) == i, F.lit(names[i])).otherwise(named)
     return df.withColumn(column, named)
+
+
+def number_in_order(
+    df: DataFrame,
+    order: Sequence[Column],
+    out: str,
+    groups: tuple[Column, Mapping[Any, int]] | None = None,
+) -> DataFrame:
+    """Pure: `out`, a dense 0-based position of each row in `order`, without a one-task window.
+
+    One global sort, materialised once (`localCheckpoint`: the sort's range boundaries come
+    from sampling, so recomputing it could place rows differently); after it,
+    `monotonically_increasing_id` is (partition << 33) + position, and the position plus
+    the rows of earlier partitions (one small aggregation over the checkpoint) is the
+    index. With `groups` = (column, sizes), `order` starts with that column and the
+    numbering restarts at 0 for each of its values: `sizes` maps every value present, in
+    the sort's order, to its rows in `df` (a handful of values: a CASE expression). The
+    result does not depend on partitioning as long as `order` has no ties.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    ordered = df.orderBy(*order).withColumn(f"{_P}mid", F.monotonically_increasing_id())
+    ordered = ordered.localCheckpoint(eager=True)
+    part, pos, offset = f"{_P}part", f"{_P}pos", f"{_P}offset"
+    ordered = ordered.withColumn(part, F.shiftright(f"{_P}mid", 33)).withColumn(
+        pos, F.col(f"{_P}mid") - F.shiftleft(F.col(part), 33)
+    )
+    earlier = Window.orderBy(part).rowsBetween(Window.unboundedPreceding, -1)
+    offsets = (
+        ordered.groupBy(part)
+        .count()
+        .withColumn(offset, F.coalesce(F.sum("count").over(earlier), F.lit(0)))
+        .select(part, offset)
+    )
+    index = F.col(offset) + F.col(pos)
+    if groups is not None:
+        column, sizes = groups
+        start, running = F.lit(0).cast("long"), 0
+        for value, rows in sizes.items():
+            start = F.when(column == F.lit(value), F.lit(running)).otherwise(start)
+            running += rows
+        index = index - start
+    return ordered.join(F.broadcast(offsets), part).withColumn(out, index).drop(f"{_P}mid", part, pos, offset)

@@ -44,14 +44,14 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
 from lakeprep_jobs import balance, common, parquet_footer
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 SPLITS = layout.SPLITS
 FORMAT_VERSION = 1
@@ -152,59 +152,76 @@ def row_group_rows(width: int, p: ExportParams) -> int:
     return max(1, batches) * p.batch_size
 
 
-def number_rows(df: DataFrame) -> DataFrame:
+# The split a row is written to, while the splits are numbered and written together.
+SPLIT_COLUMN = "_split"
+
+
+def number_rows(df: DataFrame, splits: Mapping[str, int] | None = None) -> DataFrame:
     """Pure: a dense 0-based `_idx` in (hash(id), id) order, without a single-partition window.
 
-    After a global sort, `monotonically_increasing_id` is (partition << 33) + position; the
-    index is the partition's offset (rows in earlier partitions) plus the position.
+    With `splits` (split name -> rows, for the values of `_split`), every split is numbered
+    on its own, from 0, in one sort of all of them (`exact.number_in_order`).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    ordered = df.orderBy(F.xxhash64("id"), F.col("id")).withColumn("_mid", F.monotonically_increasing_id())
-    # Materialised once: the sort's range boundaries come from sampling, so recomputing it
-    # for the offsets below could place rows differently. A checkpoint pins one layout.
-    ordered = ordered.localCheckpoint(eager=True)
-    ordered = ordered.withColumn("_part", F.shiftright("_mid", 33)).withColumn(
-        "_pos", F.col("_mid") - F.shiftleft(F.col("_part"), 33)
-    )
-    sizes = ordered.groupBy("_part").count()
-    offsets = sizes.withColumn(
-        "_offset",
-        F.coalesce(
-            F.sum("count").over(Window.orderBy("_part").rowsBetween(Window.unboundedPreceding, -1)),
-            F.lit(0),
-        ),
-    ).select("_part", "_offset")
-    return (
-        ordered.join(F.broadcast(offsets), "_part")
-        .withColumn("_idx", F.col("_offset") + F.col("_pos"))
-        .drop("_mid", "_part", "_pos", "_offset")
+    from lakeprep_jobs import exact
+
+    order = [F.xxhash64("id"), F.col("id")]
+    if splits is None:
+        return exact.number_in_order(df, order, "_idx")
+    sizes = {name: splits[name] for name in sorted(splits)}
+    return exact.number_in_order(
+        df, [F.col(SPLIT_COLUMN), *order], "_idx", groups=(F.col(SPLIT_COLUMN), sizes)
     )
 
 
-def assign_shards(numbered: DataFrame, plan: SplitPlan, p: ExportParams) -> DataFrame:
-    """Pure: drop or pad to `plan.rows`, then `_rank` and `_shard` from the row index."""
+def _per_split(plans: Mapping[str, SplitPlan], value: Callable[[SplitPlan], int]) -> Column:
+    """`value(plans[_split])` as a column (three splits: a CASE expression)."""
     from pyspark.sql import functions as F
 
-    if plan.rows <= plan.rows_available:
-        kept = numbered.filter(F.col("_idx") < plan.rows)
-    else:
-        pad = plan.rows - plan.rows_available  # < world_size rows repeated from the start
-        # More than one copy when the split has fewer rows than the padding (1 row, world_size 3).
-        copies = math.ceil(pad / plan.rows_available)
+    out = F.lit(None).cast("long")
+    for name, plan in plans.items():
+        out = F.when(F.col(SPLIT_COLUMN) == name, F.lit(value(plan)).cast("long")).otherwise(out)
+    return out
+
+
+def assign_shards(
+    numbered: DataFrame, plan: SplitPlan | Mapping[str, SplitPlan], p: ExportParams
+) -> DataFrame:
+    """Pure: drop or pad to `plan.rows`, then `_rank` and `_shard` from the row index.
+
+    `plan` is one split's, or a plan per value of `_split` for the splits numbered together.
+    """
+    from pyspark.sql import functions as F
+
+    plans = plan if isinstance(plan, Mapping) else None
+    if plans is None:
+        numbered = numbered.withColumn(SPLIT_COLUMN, F.lit(""))
+        plans = {"": plan}
+    rows = _per_split(plans, lambda q: q.rows)
+    kept = numbered.filter(F.col("_idx") < rows)
+    padded = {name: q for name, q in plans.items() if q.rows > q.rows_available}
+    if padded:
+        # Fewer than world_size rows per split repeated from its start; more than one copy
+        # when the split has fewer rows than the padding (1 row, world_size 3).
+        copies = _per_split(padded, lambda q: math.ceil((q.rows - q.rows_available) / q.rows_available))
         extra = (
-            numbered.withColumn("_copy", F.explode(F.sequence(F.lit(1), F.lit(copies))))
-            .withColumn("_idx", F.col("_idx") + F.col("_copy") * plan.rows_available)
-            .filter(F.col("_idx") < plan.rows)
+            numbered.filter(F.col(SPLIT_COLUMN).isin(list(padded)))
+            .withColumn("_copy", F.explode(F.sequence(F.lit(1).cast("long"), copies)))
+            .withColumn(
+                "_idx", F.col("_idx") + F.col("_copy") * _per_split(padded, lambda q: q.rows_available)
+            )
+            .filter(F.col("_idx") < rows)
             .drop("_copy")
         )
-        kept = numbered.unionByName(extra)
+        kept = kept.unionByName(extra)
     w = p.world_size
     local = (F.col("_idx") / w).cast("long")
-    return kept.withColumn("_rank", (F.col("_idx") % w).cast("int")).withColumn(
-        "_shard", ((local % plan.shards_per_rank) * w + F.col("_idx") % w).cast("int")
+    per_rank = _per_split(plans, lambda q: max(1, q.shards_per_rank))
+    out = kept.withColumn("_rank", (F.col("_idx") % w).cast("int")).withColumn(
+        "_shard", ((local % per_rank) * w + F.col("_idx") % w).cast("int")
     )
+    return out if isinstance(plan, Mapping) else out.drop(SPLIT_COLUMN)
 
 
 def shard_columns(df: DataFrame) -> list[Any]:
@@ -267,24 +284,54 @@ def feature_schema(transform: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def check_finite(encoded: DataFrame, transform: dict[str, Any], where: str) -> None:
-    """Fail naming the column if any numeric output would be NaN or infinite (one aggregate)."""
+@dataclasses.dataclass(frozen=True)
+class WindowCounts:
+    """What one aggregate over the encoded window says: rows per (split, label, synthetic),
+    and per numeric output the rows where it is NaN, infinite or null."""
+
+    rows: dict[tuple[str, str, bool], int]
+    non_finite: dict[str, int]
+
+    def natural(self, classes: list[str]) -> dict[str, dict[str, int]]:
+        """Rows per split and class (label values as strings), every split and class present."""
+        out = {s: dict.fromkeys(classes, 0) for s in SPLITS}
+        for (split, label, _), n in self.rows.items():
+            if split in out and label in out[split]:
+                out[split][label] += n
+        return out
+
+
+def count_window(encoded: DataFrame, transform: dict[str, Any]) -> WindowCounts:
+    """One aggregate over the encoded rows: their counts and the non-finite numeric outputs."""
     from pyspark.sql import functions as F
 
     names = [e["output"] for e in transform["numeric"]]
-    if not names:
-        return
-    bad = F.lit(None).cast("double")
-    row = encoded.agg(
-        *[
-            F.sum(
-                (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf")) | F.col(c).isNull()).cast("int")
-            ).alias(c)
-            for c in names
-        ]
-    ).collect()[0]
-    del bad
-    offending = {c: int(row[c]) for c in names if row[c]}
+    synthetic = (
+        F.coalesce(F.col(layout.SYNTHETIC).cast("boolean"), F.lit(False))
+        if layout.SYNTHETIC in encoded.columns
+        else F.lit(False)
+    )
+    bad = [
+        F.sum(
+            (F.isnan(c) | F.col(c).isin(float("inf"), float("-inf")) | F.col(c).isNull()).cast("long")
+        ).alias(f"_bad{i}")
+        for i, c in enumerate(names)
+    ]
+    grouped = encoded.groupBy(
+        F.col(layout.SPLIT).alias("_s"), F.col(layout.LABEL).alias("_l"), synthetic.alias("_y")
+    ).agg(F.count(F.lit(1)).alias("_n"), *bad)
+    rows: dict[tuple[str, str, bool], int] = {}
+    non_finite = dict.fromkeys(names, 0)
+    for r in grouped.collect():
+        rows[(r["_s"], str(r["_l"]), bool(r["_y"]))] = int(r["_n"])
+        for i, c in enumerate(names):
+            non_finite[c] += int(r[f"_bad{i}"] or 0)
+    return WindowCounts(rows=rows, non_finite=non_finite)
+
+
+def check_finite(counts: WindowCounts, where: str) -> None:
+    """Fail naming the column if any numeric output would be NaN or infinite."""
+    offending = {c: n for c, n in counts.non_finite.items() if n}
     if offending:
         raise ValueError(
             f"export {where}: numeric feature(s) would hold NaN, infinity or null in a shard "
@@ -355,65 +402,80 @@ def load_transform(spark: SparkSession, uri: str) -> tuple[dict[str, Any], str]:
     return doc, text
 
 
-def write_split(
+def write_splits(
     spark: SparkSession,
-    df: DataFrame,
-    split: str,
-    plan: SplitPlan,
+    frames: Mapping[str, DataFrame],
+    plans: Mapping[str, SplitPlan],
+    sizes: Mapping[str, int],
     staging: str,
     p: ExportParams,
     group_rows: int,
-) -> list[dict[str, Any]]:
-    """Write one split's shards as `shards/<split>/shard-NNNNN.parquet`, in row groups of
-    ``group_rows`` rows (the last of a shard fewer); return their entries."""
+) -> dict[str, list[dict[str, Any]]]:
+    """Write every split's shards as `shards/<split>/shard-NNNNN.parquet`, in row groups of
+    ``group_rows`` rows (the last of a shard fewer); return their entries per split.
+    `sizes` are the rows of each frame (which the numbering starts each split's from).
+
+    The splits are numbered in one sort and written in one job (each split numbered from 0
+    in its own (hash(id), id) order, as if sorted alone: `number_rows`), so an export makes
+    the same passes whatever its number of splits.
+    """
+    from functools import reduce
+
     from pyspark.sql import functions as F
 
-    if plan.rows == 0:
-        return []
-    n_shards = plan.shards_per_rank * p.world_size
-    assigned = assign_shards(number_rows(df), plan, p)
-    tmp = f"{staging}/_tmp_{split}"
+    entries: dict[str, list[dict[str, Any]]] = {s: [] for s in frames}
+    written = {s: q for s, q in plans.items() if q.rows}
+    if not written:
+        return entries
+    tagged = [frames[s].withColumn(SPLIT_COLUMN, F.lit(s)) for s in written]
+    window = reduce(lambda a, b: a.unionByName(b), tagged)
+    assigned = assign_shards(number_rows(window, {s: sizes[s] for s in written}), written, p)
+    tmp = f"{staging}/_tmp_shards"
+    n_shards = sum(q.shards_per_rank * p.world_size for q in written.values())
     (
-        assigned.repartition(n_shards, "_shard")
-        .sortWithinPartitions("_shard", "_idx")
-        .select(*shard_columns(assigned), "_shard")
+        assigned.repartition(n_shards, SPLIT_COLUMN, "_shard")
+        .sortWithinPartitions(SPLIT_COLUMN, "_shard", "_idx")
+        .select(*shard_columns(assigned), SPLIT_COLUMN, "_shard")
         .write.mode("overwrite")
         .option("compression", "zstd")
         # parquet-java (1.13+) ends a row group at this many rows (ParquetOutputFormat's
         # BLOCK_ROW_COUNT_LIMIT; Spark passes writer options to its Hadoop conf). Its byte
         # bound, `parquet.block.size`, stays at its 128 MB default, far above such a group.
         .option("parquet.block.row.count.limit", group_rows)
-        .partitionBy("_shard")
+        .partitionBy(SPLIT_COLUMN, "_shard")
         .parquet(tmp)
     )
-    out_dir = f"{staging}/shards/{split}"
-    entries = []
-    for shard in range(n_shards):
-        files = [f for f, _ in common.list_files(spark, f"{tmp}/_shard={shard}") if f.endswith(".parquet")]
-        if len(files) != 1:
-            raise RuntimeError(f"shard {shard} of split {split}: expected one file, found {len(files)}")
-        rel = f"shards/{split}/shard-{shard:05d}.parquet"
-        # Renamed with a canonical footer: the same rows give the same bytes in every JVM.
-        parquet_footer.commit_shard(spark, files[0], f"{staging}/{rel}")
-        entries.append({"path": rel, "rank": shard % p.world_size})
+    for split, plan in written.items():
+        for shard in range(plan.shards_per_rank * p.world_size):
+            folder = f"{tmp}/{SPLIT_COLUMN}={split}/_shard={shard}"
+            files = [f for f, _ in common.list_files(spark, folder) if f.endswith(".parquet")]
+            if len(files) != 1:
+                raise RuntimeError(f"shard {shard} of split {split}: expected one file, found {len(files)}")
+            rel = f"shards/{split}/shard-{shard:05d}.parquet"
+            # Renamed with a canonical footer: the same rows give the same bytes in every JVM.
+            parquet_footer.commit_shard(spark, files[0], f"{staging}/{rel}")
+            entries[split].append({"path": rel, "rank": shard % p.world_size})
     common.delete(spark, tmp)
 
-    # Verify from what was written: rows from the footers (no job), sha256 on the executors.
-    rows = common.parquet_file_rows(spark, out_dir)
+    # Verify from what was written: rows from the footers (no job), sha256 on the executors
+    # (one job for every split).
+    folders = [f"{staging}/shards/{s}" for s in written]
     sums = {
-        r[0].rsplit("/", 1)[-1]: (int(r[1]), r[2])
+        "/".join(r[0].rsplit("/", 2)[-2:]): (int(r[1]), r[2])
         for r in spark.read.format("binaryFile")
-        .load(out_dir)
+        .load(folders)
         .select("path", "length", F.sha2("content", 256))
         .collect()
     }
-    for e in entries:
-        name = e["path"].rsplit("/", 1)[-1]
-        e["rows"] = rows.get(name, 0)
-        e["bytes"], e["sha256"] = sums[name]
-    per_rank = [sum(e["rows"] for e in entries if e["rank"] == r) for r in range(p.world_size)]
-    if set(per_rank) != {plan.rows_per_rank}:
-        raise RuntimeError(f"split {split}: rows per rank {per_rank} != planned {plan.rows_per_rank}")
+    for split, plan in written.items():
+        rows = common.parquet_file_rows(spark, f"{staging}/shards/{split}")
+        for e in entries[split]:
+            name = e["path"].rsplit("/", 1)[-1]
+            e["rows"] = rows.get(name, 0)
+            e["bytes"], e["sha256"] = sums[f"{split}/{name}"]
+        per_rank = [sum(e["rows"] for e in entries[split] if e["rank"] == r) for r in range(p.world_size)]
+        if set(per_rank) != {plan.rows_per_rank}:
+            raise RuntimeError(f"split {split}: rows per rank {per_rank} != planned {plan.rows_per_rank}")
     return entries
 
 
@@ -439,13 +501,16 @@ def split_frames(
     return frames
 
 
-def check_honest_evaluation(frames: dict[str, DataFrame], where: str) -> None:
-    """Fail if a synthetic row would reach a split other than train (one count per split)."""
-    from pyspark.sql import functions as F
+def check_honest_evaluation(counts: WindowCounts, where: str) -> None:
+    """Fail if a synthetic row would reach a split other than train.
 
-    synthetic = F.coalesce(F.col(layout.SYNTHETIC), F.lit(False))
-    leaked = {s: df.filter(synthetic).count() for s, df in frames.items() if s != "train"}
-    leaked = {s: n for s, n in leaked.items() if n}
+    Validation and test are the window's rows of those splits unchanged (`split_frames`),
+    so the window's counts answer it.
+    """
+    leaked: dict[str, int] = {}
+    for (split, _, synthetic), n in counts.rows.items():
+        if synthetic and split != "train" and n:
+            leaked[split] = leaked.get(split, 0) + n
     if leaked:
         raise RuntimeError(
             f"export {where}: synthetic rows in {leaked}; augmentation is for the train split only, "
@@ -529,24 +594,21 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
 
     transform, transform_text = load_transform(spark, p.transform_uri)
     rows, sources = read_window(spark, inputs)
-    # Cached: checked for non-finite values, counted per split and class, then numbered
-    # and written per split.
+    # Cached: counted per split and class and checked for non-finite values (one
+    # aggregate), then balanced, numbered and written.
     window = apply_transform(rows, transform).cache()
-    check_finite(window, transform, output)
-    counts = {
-        (r[layout.SPLIT], str(r[layout.LABEL])): int(r["count"])
-        for r in window.groupBy(layout.SPLIT, layout.LABEL).count().collect()
-    }
-    rows_in = sum(counts.values())
+    counts = count_window(window, transform)
+    check_finite(counts, output)
+    check_honest_evaluation(counts, output)
+    rows_in = sum(counts.rows.values())
     features = feature_schema(transform)
     width = row_bytes(features)
     group_rows = row_group_rows(width, p)
     classes = [str(c) for c in p.label_classes]
-    natural = {s: {c: counts.get((s, c), 0) for c in classes} for s in SPLITS}
+    natural = counts.natural(classes)
     frames = split_frames(window, natural, transform, p)
     if p.balance.augment != "none":
         balance.check_synthetic_ids(frames["train"], window)
-    check_honest_evaluation(frames, output)
     train_counts = {
         (str(r[layout.LABEL]), bool(r[layout.SYNTHETIC])): int(r["count"])
         for r in frames["train"].groupBy(layout.LABEL, layout.SYNTHETIC).count().collect()
@@ -554,22 +616,26 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     real = {**natural, "train": {c: train_counts.get((c, False), 0) for c in classes}}
     final = {**natural, "train": {c: real["train"][c] + train_counts.get((c, True), 0) for c in classes}}
     weights = balance.class_weights(final["train"], p.balance)
+    sizes = {s: sum(n for (split, _, _), n in counts.rows.items() if split == s) for s in SPLITS}
+    sizes["train"] = sum(train_counts.values())
 
+    plans: dict[str, SplitPlan] = {}
+    for split in SPLITS:
+        available = sum(final[split].values())
+        plans[split] = plan = plan_split(available, float(width * available), p)
+        if split in ("train", "validation") and plan.rows_per_rank == 0:
+            raise ValueError(
+                f"export {output}: the {split} split has {available} rows, fewer than "
+                f"world_size {p.world_size}; every rank needs at least one row "
+                f"(widen window.days or the sample fractions)"
+            )
     splits: dict[str, Any] = {}
     with common.PartitionCommit(spark, output) as staging:
-        for split in SPLITS:
-            available = sum(final[split].values())
-            plan = plan_split(available, float(width * available), p)
-            if split in ("train", "validation") and plan.rows_per_rank == 0:
-                raise ValueError(
-                    f"export {output}: the {split} split has {available} rows, fewer than "
-                    f"world_size {p.world_size}; every rank needs at least one row "
-                    f"(widen window.days or the sample fractions)"
-                )
-            shards = write_split(spark, frames[split], split, plan, staging, p, group_rows)
+        shards = write_splits(spark, frames, plans, sizes, staging, p, group_rows)
+        for split, plan in plans.items():
             splits[split] = {
                 "rows": plan.rows,
-                "rows_available": available,
+                "rows_available": plan.rows_available,
                 "class_counts": final[split],
                 "plan": {
                     "world_size": p.world_size,
@@ -579,7 +645,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
                     "shards_per_rank": plan.shards_per_rank,
                     "remainder": p.remainder,
                 },
-                "shards": shards,
+                "shards": shards[split],
             }
         # The train split as sampled, before balancing and augmentation: the trainer's
         # majority-class baseline comes from it (docs/MANIFEST.md).

@@ -346,9 +346,14 @@ def test_the_export_refuses_a_synthetic_row_outside_train(spark):
     train = balance.balance_train(
         frame(spark, rows), counts_of(rows), TRANSFORM, BalanceParams(augment="jitter")
     )
-    honest = {"train": train, "validation": frame(spark, rows).withColumn("is_synthetic", F.lit(False))}
+    validation = (
+        frame(spark, rows).withColumn("split", F.lit("validation")).withColumn("is_synthetic", F.lit(False))
+    )
+    honest = export_shards.count_window(train.unionByName(validation), TRANSFORM)
     export_shards.check_honest_evaluation(honest, "x")  # synthetic rows in train are fine
-    leaked = {**honest, "test": train.filter("is_synthetic")}
+    assert sum(n for (split, _, synthetic), n in honest.rows.items() if split == "train" and synthetic) == 10
+    leaked_rows = train.filter("is_synthetic").withColumn("split", F.lit("test"))
+    leaked = export_shards.count_window(train.unionByName(validation).unionByName(leaked_rows), TRANSFORM)
     with pytest.raises(
         RuntimeError, match=r"synthetic rows in \{'test': 10\}; augmentation is for the train"
     ):

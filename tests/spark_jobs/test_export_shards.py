@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pyspark.sql import functions as F
 
 from lakeprep_jobs import common, export_shards, fit_transform, parquet_footer
 from lakeprep_jobs.export_shards import SplitPlan
@@ -118,6 +119,50 @@ def test_number_rows_is_dense_and_independent_of_partitioning(spark):
     assert sorted(r["_idx"] for r in one) == list(range(60))
     assert {r["id"]: r["_idx"] for r in one} == {r["id"]: r["_idx"] for r in many}
     assert set(many[0].asDict()) == {"id", "label", "_idx"}
+
+
+def test_splits_numbered_together_get_the_index_each_gets_alone(spark):
+    # One sort for every split must number each exactly as sorting it alone would: the
+    # shards' contents depend on it.
+    conf = {"spark.sql.shuffle.partitions": "4", "spark.sql.adaptive.coalescePartitions.enabled": "false"}
+    saved = {k: spark.conf.get(k) for k in conf}
+    sizes = {"train": 40, "validation": 7, "test": 13}
+    frames = {
+        name: ids_frame(spark, n, seed=i).withColumn("_split", F.lit(name)).repartition(3)
+        for i, (name, n) in enumerate(sizes.items())
+    }
+    try:
+        for k, v in conf.items():
+            spark.conf.set(k, v)
+        union = frames["train"].unionByName(frames["validation"]).unionByName(frames["test"])
+        together = export_shards.number_rows(union, sizes).collect()
+        alone = {name: export_shards.number_rows(df).collect() for name, df in frames.items()}
+    finally:
+        for k, v in saved.items():
+            spark.conf.set(k, v)
+
+    for name, n in sizes.items():
+        got = {r["id"]: r["_idx"] for r in together if r["_split"] == name}
+        assert sorted(got.values()) == list(range(n)), name
+        assert got == {r["id"]: r["_idx"] for r in alone[name]}, name
+
+
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+def test_shards_assigned_per_split_together_match_each_split_alone(spark, remainder):
+    p = params(world_size=3, remainder=remainder)
+    sizes = {"train": 11, "validation": 4, "test": 1}
+    plans = {name: export_shards.plan_split(n, 1000.0 * n, p) for name, n in sizes.items()}
+    frames = {name: numbered(spark, n).withColumn("_split", F.lit(name)) for name, n in sizes.items()}
+    union = frames["train"].unionByName(frames["validation"]).unionByName(frames["test"])
+    together = export_shards.assign_shards(union, plans, p).collect()
+
+    def key(r):
+        return (r["id"], r["_idx"], r["_rank"], r["_shard"])
+
+    for name, df in frames.items():
+        alone = export_shards.assign_shards(df.drop("_split"), plans[name], p).collect()
+        assert sorted(key(r) for r in together if r["_split"] == name) == sorted(map(key, alone)), name
+        assert len(alone) == plans[name].rows
 
 
 def numbered(spark, n: int):
@@ -551,5 +596,7 @@ def test_the_written_shards_are_verified_without_reading_their_rows_again(spark,
             written = pq.ParquetFile(tmp_path / "export" / shard["path"]).metadata.num_rows
             assert shard["rows"] == written, split
     assert report["rows_out"] == sum(s["rows"] for s in manifest["splits"].values())
-    # 43 measured; 52 while each split's rows were counted by a Spark read of its shards.
-    assert len(jobs) <= 43, "\n".join(jobs)
+    # 21 measured; 43 while each split was numbered and written in jobs of its own and the
+    # window's counts, finite check and synthetic check were separate aggregates; 52 while
+    # each split's rows were counted by a Spark read of its shards.
+    assert len(jobs) <= 21, f"{len(jobs)} jobs\n" + "\n".join(jobs)
