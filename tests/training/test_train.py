@@ -206,14 +206,26 @@ def test_the_epochs_run_with_start_up_objects_frozen_and_thawed_after(export_one
     assert gc.get_freeze_count() == 0
 
 
-def test_a_host_that_froze_objects_itself_keeps_them_frozen():
+def test_a_host_that_froze_objects_itself_keeps_them_frozen(monkeypatch):
     from lakeprep_train import train
 
+    # Not by freeze counts: frozen objects that die (reference counts) leave the count.
     gc.freeze()
     try:
-        held = gc.get_freeze_count()
+        calls = []
+        for name in ("collect", "freeze", "unfreeze"):
+            monkeypatch.setattr(gc, name, lambda *_, _name=name, **__: calls.append(_name))
         with train.frozen_startup_objects():
-            assert gc.get_freeze_count() == held
-        assert gc.get_freeze_count() == held
+            assert calls == []
+        assert calls == []
+        monkeypatch.undo()
+        # Without the host's freeze the same call collects, freezes and thaws.
+        gc.unfreeze()
+        for name in ("collect", "freeze", "unfreeze"):
+            monkeypatch.setattr(gc, name, lambda *_, _name=name, **__: calls.append(_name))
+        with train.frozen_startup_objects():
+            pass
+        assert calls == ["collect", "freeze", "unfreeze"]
     finally:
+        monkeypatch.undo()
         gc.unfreeze()
