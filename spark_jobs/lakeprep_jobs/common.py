@@ -299,7 +299,12 @@ def read_complete(spark: SparkSession, inputs: list[str]) -> DataFrame:
             f"input partition(s) {incomplete} are not complete (no {layout.SUCCESS}): "
             "the stage that writes them failed or has not finished"
         )
-    # The schema from the footers, read here: Spark's own inference is one job per read.
+    return read_parquet(spark, inputs)
+
+
+def read_parquet(spark: SparkSession, inputs: list[str]) -> DataFrame:
+    """Read Parquet partitions written by Spark, with the schema from their footers when they
+    agree: Spark's own inference is one job per read (a window of 30 days, 30 jobs)."""
     schemas = {footer_schema(spark, u) for u in inputs}
     reader = spark.read
     if len(schemas) == 1 and None not in schemas:

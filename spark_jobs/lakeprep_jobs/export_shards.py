@@ -354,7 +354,7 @@ def fingerprint_partitions(spark: SparkSession, inputs: list[str]) -> list[str]:
 
     from pyspark.sql import functions as F
 
-    frames = [spark.read.parquet(uri) for uri in inputs]
+    frames = [common.read_parquet(spark, [uri]) for uri in inputs]
     per_partition = [
         df.agg(
             F.lit(i).alias("i"),
@@ -389,7 +389,7 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
     for uri, fingerprint in zip(inputs, fingerprint_partitions(spark, inputs), strict=True):
         report = common.read_report(spark, uri)
         sources.append({"uri": uri, "rows": report["rows_out"], "fingerprint": fingerprint})
-    return spark.read.parquet(*inputs), sources
+    return common.read_parquet(spark, inputs), sources
 
 
 def load_transform(spark: SparkSession, uri: str) -> tuple[dict[str, Any], str]:
