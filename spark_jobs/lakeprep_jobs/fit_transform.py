@@ -304,17 +304,22 @@ def fit_vocabularies(
     ).withColumn(
         "kept", (F.col("count") >= floors[F.col("feature")]) & (F.col("rank") <= caps[F.col("feature")])
     )
+    # One row per feature, one job: its distinct values and the kept ones in rank order.
+    per_feature = ranked.groupBy("feature").agg(
+        F.count(F.lit(1)).alias("distinct"),
+        F.sort_array(
+            F.collect_list(F.when(F.col("kept"), F.struct("rank", "value", F.col("count").alias("n"))))
+        ).alias("kept"),
+    )
     out: dict[str, tuple[list[str], list[int], int]] = {c["name"]: ([], [], 0) for c in wanted}
-    rare = {
-        r["feature"]: int(r["n"])
-        for r in ranked.filter(~F.col("kept")).groupBy("feature").agg(F.count("*").alias("n")).collect()
-    }
-    for row in ranked.filter("kept").orderBy("feature", "rank").collect():
-        values, cnts, _ = out[row["feature"]]
-        values.append(row["value"])
-        cnts.append(int(row["count"]))
-    ranked.unpersist()
-    return {name: (v, n, rare.get(name, 0)) for name, (v, n, _) in out.items()}
+    for row in per_feature.collect():
+        kept = row["kept"]
+        out[row["feature"]] = (
+            [k["value"] for k in kept],
+            [int(k["n"]) for k in kept],
+            int(row["distinct"]) - len(kept),
+        )
+    return out
 
 
 def _capacity(col: dict[str, Any], text_names: set[str]) -> int:
