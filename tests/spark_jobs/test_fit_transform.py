@@ -215,6 +215,19 @@ def test_run_twice_gives_the_same_transform(spark, tmp_path):
     assert (out / "transform.json").read_bytes() == first
 
 
+def test_a_small_fit_runs_few_spark_jobs(spark, tmp_path):
+    """Passes over the train split are counted as the status tracker sees them (a job each)."""
+    from tests.spark_jobs.job_count import spark_jobs
+
+    inputs = [land_day(spark, tmp_path, DAY_3, day_rows(DAY_3, 6, 3, 3))]
+    out = f"file://{tmp_path}/fit"
+    report, jobs = spark_jobs(spark, lambda: fit_transform.run(spark, inputs, out, fit_params()))
+    assert report["fitted_on_rows"] == 6
+    # 13 measured: the split counts, the exact moments, the vocabularies, the Spark model's
+    # metadata; 18 while the vocabularies' kept values and rare counts were two passes.
+    assert len(jobs) <= 13, f"{len(jobs)} jobs\n" + "\n".join(jobs)
+
+
 def test_a_window_without_train_rows_fails_clearly(spark, tmp_path):
     inputs = [land_day(spark, tmp_path, DAY_3, day_rows(DAY_3, 0, 2, 2))]
     with pytest.raises(FitError, match="no train rows to fit the transform on"):
