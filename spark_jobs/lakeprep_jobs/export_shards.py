@@ -284,13 +284,21 @@ def feature_schema(transform: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# Helper columns of the window's rows while they are counted: the input each came from and
+# its row hash (`fingerprint_partitions`).
+SOURCE_COLUMN, ROW_HASH_COLUMN = "_source", "_row_hash"
+
+
 @dataclasses.dataclass(frozen=True)
 class WindowCounts:
     """What one aggregate over the encoded window says: rows per (split, label, synthetic),
-    and per numeric output the rows where it is NaN, infinite or null."""
+    per numeric output the rows where it is NaN, infinite or null, and per input the sums
+    its fingerprint needs."""
 
     rows: dict[tuple[str, str, bool], int]
     non_finite: dict[str, int]
+    # Per input position, (rows, sum of row hashes), when the rows carry `_source`.
+    sources: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
     def natural(self, classes: list[str]) -> dict[str, dict[str, int]]:
         """Rows per split and class (label values as strings), every split and class present."""
@@ -317,16 +325,24 @@ def count_window(encoded: DataFrame, transform: dict[str, Any]) -> WindowCounts:
         ).alias(f"_bad{i}")
         for i, c in enumerate(names)
     ]
-    grouped = encoded.groupBy(
-        F.col(layout.SPLIT).alias("_s"), F.col(layout.LABEL).alias("_l"), synthetic.alias("_y")
-    ).agg(F.count(F.lit(1)).alias("_n"), *bad)
+    keys = [F.col(layout.SPLIT).alias("_s"), F.col(layout.LABEL).alias("_l"), synthetic.alias("_y")]
+    tagged = SOURCE_COLUMN in encoded.columns
+    if tagged:
+        keys.append(F.col(SOURCE_COLUMN))
+        bad += source_sums(F.col(ROW_HASH_COLUMN))
+    grouped = encoded.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"), *bad)
     rows: dict[tuple[str, str, bool], int] = {}
     non_finite = dict.fromkeys(names, 0)
+    sources: dict[int, tuple[int, int]] = {}
     for r in grouped.collect():
-        rows[(r["_s"], str(r["_l"]), bool(r["_y"]))] = int(r["_n"])
+        key = (r["_s"], str(r["_l"]), bool(r["_y"]))
+        rows[key] = rows.get(key, 0) + int(r["_n"])
         for i, c in enumerate(names):
             non_finite[c] += int(r[f"_bad{i}"] or 0)
-    return WindowCounts(rows=rows, non_finite=non_finite)
+        if tagged:
+            n, total = sources.get(int(r[SOURCE_COLUMN]), (0, 0))
+            sources[int(r[SOURCE_COLUMN])] = (n + int(r["_n"]), total + int(r["_hash_sum"] or 0))
+    return WindowCounts(rows=rows, non_finite=non_finite, sources=sources)
 
 
 def check_finite(counts: WindowCounts, where: str) -> None:
@@ -340,6 +356,40 @@ def check_finite(counts: WindowCounts, where: str) -> None:
         )
 
 
+def tagged_partitions(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[str]]:
+    """Pure: the partitions' rows, each with its input's position (`_source`) and the
+    64-bit hash of its own columns (`_row_hash`); and each partition's schema (JSON)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    frames = [common.read_parquet(spark, [uri]) for uri in inputs]
+    tagged = [
+        df.withColumn(SOURCE_COLUMN, F.lit(i)).withColumn(ROW_HASH_COLUMN, F.xxhash64(*df.columns))
+        for i, df in enumerate(frames)
+    ]
+    union = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tagged)
+    return union, [df.schema.json() for df in frames]
+
+
+def source_sums(row_hash: Column) -> list[Column]:
+    """The aggregate a fingerprint needs besides the rows, per group: the sum of the row
+    hashes, as a decimal (no overflow; duplicate rows still count)."""
+    from pyspark.sql import functions as F
+
+    return [F.sum(row_hash.cast("decimal(38,0)")).alias("_hash_sum")]
+
+
+def fingerprints(schemas: list[str], sums: dict[int, tuple[int, int]]) -> list[str]:
+    """Each partition's digest from its schema and its (rows, row hash sum); none: (0, 0)."""
+    out = []
+    for i, schema in enumerate(schemas):
+        rows, hash_sum = sums.get(i, (0, 0))
+        content = {"schema": json.loads(schema), "rows": rows, "row_hash_sum": str(hash_sum)}
+        out.append(hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest())
+    return out
+
+
 def fingerprint_partitions(spark: SparkSession, inputs: list[str]) -> list[str]:
     """A content digest per partition: the same rows give the same fingerprint, whatever files hold them.
 
@@ -347,49 +397,30 @@ def fingerprint_partitions(spark: SparkSession, inputs: list[str]) -> list[str]:
     every row (`xxhash64` over all columns, summed as a decimal so nothing overflows and
     duplicate rows still count). A sum does not depend on the order of rows or on how
     they are split into files, so Spark's random part-file names and its per-JVM Parquet
-    footers (see `lakeprep_jobs.parquet_footer`) do not change it; one aggregate per
-    partition, all in one job, over data the export reads anyway.
+    footers (see `lakeprep_jobs.parquet_footer`) do not change it. `run` takes the same
+    sums in the aggregate that counts the window (`count_window`); this is that alone.
     """
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
-    frames = [common.read_parquet(spark, [uri]) for uri in inputs]
-    per_partition = [
-        df.agg(
-            F.lit(i).alias("i"),
-            F.count(F.lit(1)).alias("rows"),
-            F.sum(F.xxhash64(*df.columns).cast("decimal(38,0)")).alias("hash_sum"),
-        )
-        for i, df in enumerate(frames)
-    ]
-    found = {int(r["i"]): r for r in reduce(lambda a, b: a.unionByName(b), per_partition).collect()}
-    out = []
-    for i, df in enumerate(frames):
-        row = found[i]
-        content = {
-            "schema": json.loads(df.schema.json()),
-            "rows": int(row["rows"]),
-            "row_hash_sum": str(row["hash_sum"] or 0),
-        }
-        out.append(hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest())
-    return out
+    tagged, schemas = tagged_partitions(spark, inputs)
+    rows = tagged.groupBy(SOURCE_COLUMN).agg(
+        F.count(F.lit(1)).alias("_n"), *source_sums(F.col(ROW_HASH_COLUMN))
+    )
+    sums = {int(r[SOURCE_COLUMN]): (int(r["_n"]), int(r["_hash_sum"] or 0)) for r in rows.collect()}
+    return fingerprints(schemas, sums)
 
 
-def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[dict[str, Any]]]:
-    """Union the window's sampled partitions; record each source (rows, fingerprint).
+def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list[str]]:
+    """The window's sampled partitions, tagged (`tagged_partitions`), and their schemas.
 
-    Not the files' stored bytes: the same rows in another order compress to another size,
-    and the sample stage's shuffle does not keep an order (docs/MANIFEST.md).
+    Each source is recorded by rows and a fingerprint of its content, not by the files'
+    stored bytes: the same rows in another order compress to another size, and the sample
+    stage's shuffle does not keep an order (docs/MANIFEST.md).
     """
     missing = [u for u in inputs if not common.exists(spark, layout.join(u, layout.SUCCESS))]
     if missing:
         raise FileNotFoundError(f"export needs complete sampled partitions (with _SUCCESS): {missing}")
-    sources = []
-    for uri, fingerprint in zip(inputs, fingerprint_partitions(spark, inputs), strict=True):
-        report = common.read_report(spark, uri)
-        sources.append({"uri": uri, "rows": report["rows_out"], "fingerprint": fingerprint})
-    return common.read_parquet(spark, inputs), sources
+    return tagged_partitions(spark, inputs)
 
 
 def load_transform(spark: SparkSession, uri: str) -> tuple[dict[str, Any], str]:
@@ -593,11 +624,16 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     from lakeprep_jobs.transform import apply_transform
 
     transform, transform_text = load_transform(spark, p.transform_uri)
-    rows, sources = read_window(spark, inputs)
-    # Cached: counted per split and class and checked for non-finite values (one
-    # aggregate), then balanced, numbered and written.
-    window = apply_transform(rows, transform).cache()
-    counts = count_window(window, transform)
+    rows, schemas = read_window(spark, inputs)
+    # Cached: counted per split and class, checked for non-finite values and summed for
+    # the sources' fingerprints (one aggregate), then balanced, numbered and written.
+    tagged = apply_transform(rows, transform, keep=(SOURCE_COLUMN, ROW_HASH_COLUMN)).cache()
+    counts = count_window(tagged, transform)
+    window = tagged.drop(SOURCE_COLUMN, ROW_HASH_COLUMN)
+    sources = [
+        {"uri": uri, "rows": common.read_report(spark, uri)["rows_out"], "fingerprint": fingerprint}
+        for uri, fingerprint in zip(inputs, fingerprints(schemas, counts.sources), strict=True)
+    ]
     check_finite(counts, output)
     check_honest_evaluation(counts, output)
     rows_in = sum(counts.rows.values())
@@ -718,7 +754,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             spark, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
         )
     frames["train"].unpersist()
-    window.unpersist()
+    tagged.unpersist()
     return report
 
 

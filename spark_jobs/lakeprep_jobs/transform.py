@@ -120,10 +120,11 @@ def encoded_columns(doc: dict[str, Any]) -> list[str]:
 PASS_THROUGH = (layout.ID, layout.LABEL, layout.SPLIT, "is_synthetic")
 
 
-def apply_transform(df: DataFrame, doc: dict[str, Any]) -> DataFrame:
-    """Pure: the prepared rows (id, label, split when present) with the encoded features."""
-    keep = [quoted(c) for c in PASS_THROUGH if c in df.columns]
-    return df.selectExpr(*keep, *transform_exprs(doc))
+def apply_transform(df: DataFrame, doc: dict[str, Any], keep: Sequence[str] = ()) -> DataFrame:
+    """Pure: the prepared rows (id, label, split when present, and the columns in `keep`)
+    with the encoded features."""
+    passed = [quoted(c) for c in (*PASS_THROUGH, *keep) if c in df.columns]
+    return df.selectExpr(*passed, *transform_exprs(doc))
 
 
 def pipeline_model(doc: dict[str, Any]) -> PipelineModel:
