@@ -135,17 +135,17 @@ def _per_class(values: dict[str, Any], default: Any) -> Column:
 def rank_within_class(df: DataFrame, counts: dict[str, int], key: Column) -> DataFrame:
     """Pure: `_rank`, the 0-based position of each row within its class in (key, id) order.
 
-    `counts` are the rows per class of `df`. One global sort by (label, key, id), numbered
-    without a window over a whole class (which would put a class in one task):
-    `exact.number_in_order`, restarting at each class. The ids must be unique within `df`.
+    `counts` are the rows per class of `df` (they size the parts each class is numbered
+    in). Numbered without a window over a whole class (which would put a class in one
+    task): `exact.number_in_order`, restarting at each class. The ids must be unique
+    within `df`.
     """
     from pyspark.sql import functions as F
 
     from lakeprep_jobs import exact
 
-    label = F.col(layout.LABEL)
-    sizes = {int(c): counts[c] for c in sorted(counts, key=int)}
-    return exact.number_in_order(df, [label, key, F.col(layout.ID)], "_rank", groups=(label, sizes))
+    bits = exact.part_bits_for(max(counts.values(), default=0))
+    return exact.number_in_order(df, key, [F.col(layout.ID)], "_rank", F.col(layout.LABEL), part_bits=bits)
 
 
 def rebalance(train: DataFrame, counts: dict[str, int], p: BalanceParams) -> DataFrame:

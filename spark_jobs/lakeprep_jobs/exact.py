@@ -492,45 +492,76 @@ def with_names(df: DataFrame, column: str, names: Sequence[str]) -> DataFrame:
     return df.withColumn(column, named)
 
 
+# number_in_order: rows per part (a window partition) it aims at when it knows the sizes.
+ROWS_PER_PART = 1 << 16
+_MAX_PART_BITS = 16
+_DEFAULT_PART_BITS = 10
+
+
+def part_bits_for(rows: int) -> int:
+    """How many of the key's top bits split a group of `rows` rows into parts of about
+    `ROWS_PER_PART` rows (0: one part), at most 2^16 parts."""
+    parts = max(1, math.ceil(rows / ROWS_PER_PART))
+    return min(_MAX_PART_BITS, (parts - 1).bit_length())
+
+
 def number_in_order(
     df: DataFrame,
-    order: Sequence[Column],
+    key: Column,
+    ties: Sequence[Column],
     out: str,
-    groups: tuple[Column, Mapping[Any, int]] | None = None,
+    group: Column | None = None,
+    *,
+    part_bits: int | None = None,
 ) -> DataFrame:
-    """Pure: `out`, a dense 0-based position of each row in `order`, without a one-task window.
+    """Pure but for one small planning job: `out`, the dense 0-based position of each row in
+    (`key`, `ties`) order, restarting at 0 for each value of `group`; no one-task window,
+    no sort that samples, nothing materialised.
 
-    One global sort, materialised once (`localCheckpoint`: the sort's range boundaries come
-    from sampling, so recomputing it could place rows differently); after it,
-    `monotonically_increasing_id` is (partition << 33) + position, and the position plus
-    the rows of earlier partitions (one small aggregation over the checkpoint) is the
-    index. With `groups` = (column, sizes), `order` starts with that column and the
-    numbering restarts at 0 for each of its values: `sizes` maps every value present, in
-    the sort's order, to its rows in `df` (a handful of values: a CASE expression). The
-    result does not depend on partitioning as long as `order` has no ties.
+    `key` is a long, ideally a hash (`xxhash64(id)`): its top `part_bits` bits cut each
+    group into parts, contiguous ranges of the order (2^bits of them, about
+    `ROWS_PER_PART` rows each unless given). One aggregation counts the rows per (group,
+    part) and brings those counts to the driver (at most groups x 2^bits small rows): a
+    part's first index is the rows of its group in the parts before it. Then a window
+    partitioned by (group, part), ordered by (key, ties), numbers the rows of each part
+    from there: one shuffle, which hashes whole parts to tasks, so no task holds more than
+    its parts. Both passes see the same rows the same way (no sampled range boundaries,
+    as a global sort's), so the result is the same however often it is recomputed, and
+    does not depend on partitioning as long as (key, ties) has no ties.
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
-    ordered = df.orderBy(*order).withColumn(f"{_P}mid", F.monotonically_increasing_id())
-    ordered = ordered.localCheckpoint(eager=True)
-    part, pos, offset = f"{_P}part", f"{_P}pos", f"{_P}offset"
-    ordered = ordered.withColumn(part, F.shiftright(f"{_P}mid", 33)).withColumn(
-        pos, F.col(f"{_P}mid") - F.shiftleft(F.col(part), 33)
+    g, k, part, start = f"{_P}g", f"{_P}k", f"{_P}part", f"{_P}start"
+    clash = [c for c in df.columns if c in (g, k, part, start, out)]
+    if clash:
+        raise ValueError(f"columns {clash} clash with number_in_order's own")
+    staged = df.withColumn(g, group if group is not None else F.lit(0)).withColumn(k, key.cast("long"))
+    bits = part_bits
+    if bits is None:
+        bits = _DEFAULT_PART_BITS
+    if not 0 <= bits <= _MAX_PART_BITS:
+        raise ValueError(f"part_bits {bits!r} must be in 0..{_MAX_PART_BITS}")
+    staged = staged.withColumn(part, _bucket(F.col(k), bits) if bits else F.lit(0).cast("long"))
+    counts = sorted(
+        ((r[g], int(r[part]), int(r["count"])) for r in staged.groupBy(g, part).count().collect()),
+        key=lambda r: (r[0] is None, str(r[0]), r[1]),
     )
-    earlier = Window.orderBy(part).rowsBetween(Window.unboundedPreceding, -1)
-    offsets = (
-        ordered.groupBy(part)
-        .count()
-        .withColumn(offset, F.coalesce(F.sum("count").over(earlier), F.lit(0)))
-        .select(part, offset)
+    starts, before = [], {}
+    for value, number, n in counts:
+        starts.append((value, number, before.get(value, 0)))
+        before[value] = before.get(value, 0) + n
+    schema = T.StructType(
+        [
+            T.StructField(g, staged.schema[g].dataType, True),
+            T.StructField(part, T.LongType(), False),
+            T.StructField(start, T.LongType(), False),
+        ]
     )
-    index = F.col(offset) + F.col(pos)
-    if groups is not None:
-        column, sizes = groups
-        start, running = F.lit(0).cast("long"), 0
-        for value, rows in sizes.items():
-            start = F.when(column == F.lit(value), F.lit(running)).otherwise(start)
-            running += rows
-        index = index - start
-    return ordered.join(F.broadcast(offsets), part).withColumn(out, index).drop(f"{_P}mid", part, pos, offset)
+    table = df.sparkSession.createDataFrame(starts, schema)
+    joined = staged.join(F.broadcast(table), staged[g].eqNullSafe(table[g]) & (staged[part] == table[part]))
+    joined = joined.drop(table[g]).drop(table[part])
+    in_part = Window.partitionBy(g, part).orderBy(F.col(k), *ties)
+    index = F.col(start) + F.row_number().over(in_part) - 1
+    return joined.withColumn(out, index.cast("long")).drop(g, k, part, start)

@@ -157,22 +157,20 @@ SPLIT_COLUMN = "_split"
 
 
 def number_rows(df: DataFrame, splits: Mapping[str, int] | None = None) -> DataFrame:
-    """Pure: a dense 0-based `_idx` in (hash(id), id) order, without a single-partition window.
+    """Pure but for a small planning job: a dense 0-based `_idx` in (hash(id), id) order,
+    without a single-partition window (`exact.number_in_order`).
 
     With `splits` (split name -> rows, for the values of `_split`), every split is numbered
-    on its own, from 0, in one sort of all of them (`exact.number_in_order`).
+    on its own, from 0, in the same pass; the sizes choose how finely the order is cut into
+    parts.
     """
     from pyspark.sql import functions as F
 
     from lakeprep_jobs import exact
 
-    order = [F.xxhash64("id"), F.col("id")]
-    if splits is None:
-        return exact.number_in_order(df, order, "_idx")
-    sizes = {name: splits[name] for name in sorted(splits)}
-    return exact.number_in_order(
-        df, [F.col(SPLIT_COLUMN), *order], "_idx", groups=(F.col(SPLIT_COLUMN), sizes)
-    )
+    group = F.col(SPLIT_COLUMN) if splits is not None else None
+    bits = exact.part_bits_for(max(splits.values(), default=0)) if splits is not None else None
+    return exact.number_in_order(df, F.xxhash64("id"), [F.col("id")], "_idx", group, part_bits=bits)
 
 
 def _per_split(plans: Mapping[str, SplitPlan], value: Callable[[SplitPlan], int]) -> Column:
@@ -446,9 +444,9 @@ def write_splits(
     ``group_rows`` rows (the last of a shard fewer); return their entries per split.
     `sizes` are the rows of each frame (which the numbering starts each split's from).
 
-    The splits are numbered in one sort and written in one job (each split numbered from 0
-    in its own (hash(id), id) order, as if sorted alone: `number_rows`), so an export makes
-    the same passes whatever its number of splits.
+    The splits are numbered in one pass and written in one job (each split numbered from 0
+    in its own (hash(id), id) order, as if numbered alone: `number_rows`), so an export
+    makes the same passes whatever its number of splits.
     """
     from functools import reduce
 

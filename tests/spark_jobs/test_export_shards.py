@@ -147,6 +147,36 @@ def test_splits_numbered_together_get_the_index_each_gets_alone(spark):
         assert got == {r["id"]: r["_idx"] for r in alone[name]}, name
 
 
+@pytest.mark.parametrize("part_bits", [0, 3, 7])
+def test_numbered_in_parts_each_row_gets_its_rank_in_key_order(spark, part_bits):
+    # Cut into 1, 8 or 128 parts of the hash order (fewer rows than parts: empty parts),
+    # each group's rows are numbered as sorting that group alone by (key, id) would.
+    from lakeprep_jobs import exact
+
+    rows = [(f"r{i:03d}", ["a", "b", "c"][i % 7 % 3]) for i in range(150)]
+    df = spark.createDataFrame(rows, "id string, g string").repartition(5)
+    key = F.xxhash64("id", F.lit("seed"))
+    got = exact.number_in_order(df, key, [F.col("id")], "n", F.col("g"), part_bits=part_bits)
+    got = got.select("id", "g", "n", key.alias("k")).collect()
+
+    expected = {}
+    for g in {r["g"] for r in got}:
+        ordered = sorted((r["k"], r["id"]) for r in got if r["g"] == g)
+        expected.update({i: n for n, (_, i) in enumerate(ordered)})
+    assert {r["id"]: r["n"] for r in got} == expected
+    assert len(got) == 150
+
+
+def test_part_bits_cut_the_largest_group_into_parts_of_about_rows_per_part():
+    from lakeprep_jobs import exact
+
+    assert exact.part_bits_for(0) == 0
+    assert exact.part_bits_for(exact.ROWS_PER_PART) == 0
+    assert exact.part_bits_for(exact.ROWS_PER_PART + 1) == 1
+    assert exact.part_bits_for(16_000_000) == 8  # 245 parts of 65,536 -> 256
+    assert exact.part_bits_for(10**15) == 16
+
+
 @pytest.mark.parametrize("remainder", ["drop", "pad"])
 def test_shards_assigned_per_split_together_match_each_split_alone(spark, remainder):
     p = params(world_size=3, remainder=remainder)
