@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 CORRUPT = "_corrupt_record"
 REASON = "_reason"
+# The checked rows' scratch Parquet: `<staging folder><suffix>`, beside the staging folder
+# (so a retry's PartitionCommit removes what a killed attempt left of it).
+CHECKED_SUFFIX = "-checked"
 SOURCE_FILE = layout.SOURCE_FILE
 RAW = "_raw"
 
@@ -469,57 +472,65 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
         raise
     report["extra_columns"] = extra
 
-    # Cached: counted by file and reason once, then written as three outputs (the rows,
-    # their profile, the quarantine). Only quarantined rows keep `_raw` (flag_rows).
-    flagged = flag_rows(raw, p).cache()
-    try:
-        counted = flagged.groupBy(SOURCE_FILE, reason_kind(F.col(REASON)).alias("kind")).count().collect()
-        by_spark_uri = {_spark_file_uri(spark, f): f for f, _ in listed}
-        by_reason: dict[str, int] = {}
-        for source, kind, n in counted:
-            if source not in by_spark_uri:
-                raise RuntimeError(f"partition {where}: rows from {source}, which is not a listed data file")
-            acc = report["file_accounting"][by_spark_uri[source]]
-            acc["rows_in"] += n
-            if kind is None:
-                acc["rows_out"] += n
-            else:
-                acc["rows_quarantined"] += n
-                by_reason[kind] = by_reason.get(kind, 0) + n
-        passed = sum(a["rows_out"] for a in report["file_accounting"].values())
-        quarantined = sum(by_reason.values())
-        rows_in = passed + quarantined
-        report.update(
-            rows_in=rows_in,
-            rows_out=passed,
-            rows_quarantined=quarantined,
-            quarantine_reasons=dict(sorted(by_reason.items())),
-        )
-        failure = _contract_failure(report, p, where, output)
-        if failure:
-            report.update(status="failed", error=failure)
+    # Checked once: the raw files are parsed, typed and checked in one pass that writes
+    # every row with its reason to a scratch Parquet beside the staging folder; the
+    # accounting, the partition, its quarantine and its profile then read that (columnar,
+    # pruned to what each needs) instead of parsing the files again or holding them in
+    # Spark's cache. Only quarantined rows keep `_raw` (flag_rows).
+    flagged = flag_rows(raw, p)
+    keep = [c["name"] for c in p.columns] + [c["name"] for c in p.derived]
+    with common.PartitionCommit(spark, output) as staging:
+        checked_uri = f"{staging}{CHECKED_SUFFIX}"
+        try:
+            flagged.write.mode("overwrite").option("compression", "snappy").parquet(checked_uri)
+            checked = spark.read.schema(flagged.schema).parquet(checked_uri)
+            counted = checked.groupBy(SOURCE_FILE, reason_kind(F.col(REASON)).alias("kind")).count().collect()
+            by_spark_uri = {_spark_file_uri(spark, f): f for f, _ in listed}
+            by_reason: dict[str, int] = {}
+            for source, kind, n in counted:
+                if source not in by_spark_uri:
+                    raise RuntimeError(
+                        f"partition {where}: rows from {source}, which is not a listed data file"
+                    )
+                acc = report["file_accounting"][by_spark_uri[source]]
+                acc["rows_in"] += n
+                if kind is None:
+                    acc["rows_out"] += n
+                else:
+                    acc["rows_quarantined"] += n
+                    by_reason[kind] = by_reason.get(kind, 0) + n
+            passed = sum(a["rows_out"] for a in report["file_accounting"].values())
+            quarantined = sum(by_reason.values())
+            rows_in = passed + quarantined
+            report.update(
+                rows_in=rows_in,
+                rows_out=passed,
+                rows_quarantined=quarantined,
+                quarantine_reasons=dict(sorted(by_reason.items())),
+            )
+            failure = _contract_failure(report, p, where, output)
+            if failure:
+                report.update(status="failed", error=failure)
 
-        keep = [c["name"] for c in p.columns] + [c["name"] for c in p.derived]
-        valid = flagged.filter(F.col(REASON).isNull()).select(*keep)
-        with common.PartitionCommit(spark, output) as staging:
+            valid = checked.filter(F.col(REASON).isNull()).select(*keep)
             common.write_parquet(valid, staging)
             quarantine_uri = f"{staging}/{layout.QUARANTINE_DIR}"
             if quarantined:
                 common.write_parquet(
-                    flagged.filter(F.col(REASON).isNotNull()).select(REASON, SOURCE_FILE, CORRUPT, RAW),
+                    checked.filter(F.col(REASON).isNotNull()).select(REASON, SOURCE_FILE, CORRUPT, RAW),
                     quarantine_uri,
                 )
             doc = stats.stats_document(output, stats.partition_stats(valid, p.stats_kinds))
-            common.write_text(spark, f"{staging}/{layout.STATS}", stats.to_json(doc))
-            _check_written(spark, staging, quarantine_uri if quarantined else None, report, where)
-            common.write_report(spark, staging, report)
-            # The Parquet committer marked the folder complete; whether it is, is decided here,
-            # last: a partition that breaks its contract stays without the marker.
-            common.delete(spark, f"{staging}/{layout.SUCCESS}")
-            if not failure:
-                common.write_success(spark, staging)
-    finally:
-        flagged.unpersist()
+        finally:
+            common.delete(spark, checked_uri)
+        common.write_text(spark, f"{staging}/{layout.STATS}", stats.to_json(doc))
+        _check_written(spark, staging, quarantine_uri if quarantined else None, report, where)
+        common.write_report(spark, staging, report)
+        # The Parquet committer marked the folder complete; whether it is, is decided here,
+        # last: a partition that breaks its contract stays without the marker.
+        common.delete(spark, f"{staging}/{layout.SUCCESS}")
+        if not failure:
+            common.write_success(spark, staging)
     if failure:
         raise ContractError(failure)
     return report
