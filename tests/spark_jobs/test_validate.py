@@ -127,6 +127,18 @@ def test_quarantine_share_above_threshold_commits_an_incomplete_partition(spark,
     assert saved["status"] == "failed"
     assert "above max_quarantine_share" in saved["error"]
     assert saved["rows_out"] == len(spark.read.parquet(f"file://{out}").collect()) == 3
+    assert not list((tmp_path / "_staging").iterdir())  # nor the checked rows' scratch
+
+
+def test_a_killed_attempts_checked_rows_are_removed_by_the_retry(spark, tmp_path):
+    # A task killed mid-stage leaves its staging folder and the scratch Parquet of its
+    # checked rows beside it; the next attempt removes both before it writes.
+    left = tmp_path / "_staging" / f"out-0123456789ab{validate.CHECKED_SUFFIX}"
+    left.mkdir(parents=True)
+    (left / "part-00000.snappy.parquet").write_bytes(b"PAR1")
+    validate.run(spark, [land(tmp_path, CSV)], f"file://{tmp_path}/out", params())
+    assert not list((tmp_path / "_staging").iterdir())
+    assert (tmp_path / "out" / "_SUCCESS").exists()
 
 
 def test_a_rerun_that_fails_replaces_the_complete_partition(spark, tmp_path):
