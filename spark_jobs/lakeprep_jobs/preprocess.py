@@ -254,6 +254,7 @@ def report_counts(p: PreprocessParams) -> list[Column]:
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams) -> dict[str, Any]:
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     validated = common.read_complete(spark, inputs)
@@ -274,28 +275,31 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
         flagged = flagged.cache()
     refs = [(ref, read_reference(spark, ref)) for ref in p.references]
     # Joined before the duplicates are set aside: a left join of de-duplicated keys keeps
-    # every row, so one aggregation counts the kept rows, their matches and the reasons.
-    flagged_joined = join_references(flagged, refs)
+    # every row, so the counts of the kept rows, their matches and the reasons are one
+    # aggregation, observed while the partition is written (no pass of its own; the
+    # written rows are checked against the Parquet footers).
+    observed = Observation()
+    flagged_joined = join_references(flagged, refs).observe(observed, *report_counts(p))
     joined = flagged_joined.filter(F.col(REASON).isNull()).drop(REASON)
-    counts = flagged_joined.agg(*report_counts(p)).collect()[0].asDict()
-    reasons = {r: int(counts[f"reason__{r}"]) for r in (EXACT_DUPLICATE, CONFLICTING_DUPLICATE)}
-    reasons = {r: n for r, n in reasons.items() if n}
-    rows_out = int(counts["rows"])
-    quarantined = sum(reasons.values())
-    report = {
-        "stage": "preprocess",
-        "inputs": inputs,
-        "rows_in": rows_out + quarantined,
-        "rows_out": rows_out,
-        "rows_quarantined": quarantined,
-        "quarantine_reasons": dict(sorted(reasons.items())),
-        "reference_unmatched": {
-            r["name"]: rows_out - int(counts[f"matched__{r['name']}"]) for r in p.references
-        },
-        "text_cut": {c: int(counts[f"cut__{c}"] or 0) for c in p.text},
-    }
     with common.PartitionCommit(spark, output) as staging:
         common.write_parquet(clean_features(joined, p), staging)
+        counts = observed.get
+        reasons = {r: int(counts[f"reason__{r}"]) for r in (EXACT_DUPLICATE, CONFLICTING_DUPLICATE)}
+        reasons = {r: n for r, n in reasons.items() if n}
+        rows_out = int(counts["rows"])
+        quarantined = sum(reasons.values())
+        report = {
+            "stage": "preprocess",
+            "inputs": inputs,
+            "rows_in": rows_out + quarantined,
+            "rows_out": rows_out,
+            "rows_quarantined": quarantined,
+            "quarantine_reasons": dict(sorted(reasons.items())),
+            "reference_unmatched": {
+                r["name"]: rows_out - int(counts[f"matched__{r['name']}"]) for r in p.references
+            },
+            "text_cut": {c: int(counts[f"cut__{c}"] or 0) for c in p.text},
+        }
         if quarantined:
             common.write_parquet(
                 flagged.filter(F.col(REASON).isNotNull()).select(
@@ -303,6 +307,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
                 ),
                 layout.join(staging, layout.QUARANTINE_DIR),
             )
+        _check_written(spark, staging, quarantined, report)
         if p.stats_kinds:
             passed = flagged.filter(F.col(REASON).isNull())
             weights = reference_weights(passed, refs, list(p.stats_kinds)).cache()
@@ -319,6 +324,18 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
         flagged.unpersist()
         kept.unpersist()
     return report
+
+
+def _check_written(spark: SparkSession, staging: str, quarantined: int, report: dict[str, Any]) -> None:
+    """The observed counts are the written rows (`common.parquet_rows`: the footers, no job)."""
+    written = common.parquet_rows(spark, staging)
+    quarantine = layout.join(staging, layout.QUARANTINE_DIR)
+    written_q = common.parquet_rows(spark, quarantine) if quarantined else 0
+    if written != report["rows_out"] or written_q != quarantined:
+        raise RuntimeError(
+            f"partition {', '.join(report['inputs'])}: accounting mismatch: counted "
+            f"{report['rows_out']} rows kept + {quarantined} quarantined, wrote {written} + {written_q}"
+        )
 
 
 STAGE = common.Stage("preprocess", __doc__.splitlines()[0], PreprocessParams, run)

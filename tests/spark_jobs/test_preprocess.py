@@ -295,16 +295,28 @@ def test_an_uncommitted_input_is_refused(spark, tmp_path):
 
 def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
     """Passes are not re-added: the reference's header, one aggregation of the id column,
-    one aggregation for every count of the report (reasons included), the partition; the
-    input's schema comes from its footer, not from a job. (Spark's adaptive execution runs
-    each shuffle as jobs of its own: at 6 rows these are most of the count.)"""
+    the partition, whose write also counts for the report (observed: 12 jobs when the
+    counts were an aggregation of their own); the input's schema comes from its footer,
+    not from a job. (Spark's adaptive execution runs each shuffle as jobs of its own: at 6
+    rows these are most of the count.)"""
     from tests.spark_jobs.job_count import spark_jobs
 
     src, ref_uri = land(spark, tmp_path, rows=MAIN_ROWS[:4])  # no id repeats
     p = params(ref_uri)
     report, jobs = spark_jobs(spark, lambda: preprocess.run(spark, [src], f"file://{tmp_path}/out", p))
     assert (report["rows_out"], report["rows_quarantined"]) == (4, 0)
-    assert len(jobs) <= 12, "\n".join(jobs)
+    assert len(jobs) <= 8, "\n".join(jobs)
+
+
+def test_an_empty_day_is_counted_as_empty_while_written(spark, tmp_path):
+    # The counts come from the write (an observation): a day without rows still gets them.
+    src, ref_uri = land(spark, tmp_path, rows=[])
+    out = tmp_path / "out"
+    report = preprocess.run(spark, [src], f"file://{out}", params(ref_uri))
+    assert (report["rows_in"], report["rows_out"], report["rows_quarantined"]) == (0, 0, 0)
+    assert report["reference_unmatched"] == {"weather": 0}
+    assert (out / "_SUCCESS").exists()
+    assert spark.read.parquet(f"file://{out}").count() == 0
 
 
 def test_a_day_with_duplicates_adds_the_kept_rows_and_the_quarantine(spark, tmp_path):
