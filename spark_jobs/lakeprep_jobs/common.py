@@ -273,6 +273,20 @@ def parquet_rows(spark: SparkSession, uri: str) -> int:
     return sum(parquet_file_rows(spark, uri).values())
 
 
+def check_written(
+    spark: SparkSession, staging: str, kept: int, quarantined: int, where: str, detail: str = ""
+) -> None:
+    """Nothing lost or added on the way: the rows in the Parquet footers of the staged
+    partition and of its `_quarantine/` are the counted ones (`parquet_rows`, no job)."""
+    written = parquet_rows(spark, staging)
+    written_q = parquet_rows(spark, layout.join(staging, layout.QUARANTINE_DIR)) if quarantined else 0
+    if written != kept or written_q != quarantined:
+        raise RuntimeError(
+            f"partition {where}: accounting mismatch: expected {kept} kept + {quarantined} "
+            f"quarantined{detail}, wrote {written} + {written_q}"
+        )
+
+
 def rename(spark: SparkSession, src: str, dst: str) -> None:
     fs, src_path = _jvm_path(spark, src)
     _, dst_path = _jvm_path(spark, dst)

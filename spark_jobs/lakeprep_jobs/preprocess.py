@@ -307,7 +307,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
                 ),
                 layout.join(staging, layout.QUARANTINE_DIR),
             )
-        _check_written(spark, staging, quarantined, report)
+        common.check_written(spark, staging, rows_out, quarantined, ", ".join(inputs))
         if p.stats_kinds:
             passed = flagged.filter(F.col(REASON).isNull())
             weights = reference_weights(passed, refs, list(p.stats_kinds)).cache()
@@ -324,18 +324,6 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
         flagged.unpersist()
         kept.unpersist()
     return report
-
-
-def _check_written(spark: SparkSession, staging: str, quarantined: int, report: dict[str, Any]) -> None:
-    """The observed counts are the written rows (`common.parquet_rows`: the footers, no job)."""
-    written = common.parquet_rows(spark, staging)
-    quarantine = layout.join(staging, layout.QUARANTINE_DIR)
-    written_q = common.parquet_rows(spark, quarantine) if quarantined else 0
-    if written != report["rows_out"] or written_q != quarantined:
-        raise RuntimeError(
-            f"partition {', '.join(report['inputs'])}: accounting mismatch: counted "
-            f"{report['rows_out']} rows kept + {quarantined} quarantined, wrote {written} + {written_q}"
-        )
 
 
 STAGE = common.Stage("preprocess", __doc__.splitlines()[0], PreprocessParams, run)

@@ -25,7 +25,7 @@ serving side mirrors these strings):
 
 Rows with a reason go to `<output>/_quarantine/` with the reason, the source file and the
 raw values; the others, typed and with the derived columns added, are the partition,
-profiled in the same job into `_stats.json` (lakeprep_jobs.stats). Accounting is exact
+profiled into `_stats.json` (lakeprep_jobs.stats). Accounting is exact
 per input file: rows read = rows passed + rows quarantined, from one aggregation of the
 checked rows, and the totals are checked against the Parquet footers of what was written
 (no read-back job) before commit.
@@ -524,7 +524,17 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
         finally:
             common.delete(spark, checked_uri)
         common.write_text(spark, f"{staging}/{layout.STATS}", stats.to_json(doc))
-        _check_written(spark, staging, quarantine_uri if quarantined else None, report, where)
+        expected_q = {
+            f: a["rows_quarantined"] for f, a in report["file_accounting"].items() if a["rows_quarantined"]
+        }
+        common.check_written(
+            spark,
+            staging,
+            passed,
+            quarantined,
+            where,
+            f" of {rows_in} read ({expected_q} quarantined by file)",
+        )
         common.write_report(spark, staging, report)
         # The Parquet committer marked the folder complete; whether it is, is decided here,
         # last: a partition that breaks its contract stays without the marker.
@@ -554,24 +564,6 @@ def _contract_failure(report: dict[str, Any], p: ValidateParams, where: str, out
             f"{report['quarantine_reasons']}; see {output}/{layout.QUARANTINE_DIR}"
         )
     return None
-
-
-def _check_written(
-    spark: SparkSession, staging: str, quarantine_uri: str | None, report: dict[str, Any], where: str
-) -> None:
-    """Nothing lost or added on the way: the rows in the Parquet footers of the partition and
-    of its quarantine are the counted ones (`common.parquet_rows`, no Spark job)."""
-    written = common.parquet_rows(spark, staging)
-    written_q = common.parquet_rows(spark, quarantine_uri) if quarantine_uri else 0
-    if written != report["rows_out"] or written_q != report["rows_quarantined"]:
-        expected_q = {
-            f: a["rows_quarantined"] for f, a in report["file_accounting"].items() if a["rows_quarantined"]
-        }
-        raise RuntimeError(
-            f"partition {where}: accounting mismatch: read {report['rows_in']} rows, expected "
-            f"{report['rows_out']} passed + {report['rows_quarantined']} quarantined "
-            f"({expected_q} by file), wrote {written} + {written_q}"
-        )
 
 
 STAGE = common.Stage("validate", __doc__.splitlines()[0], ValidateParams, run)

@@ -506,3 +506,16 @@ def test_each_value_is_trimmed_once_whatever_the_checks_that_read_it(spark, tmp_
     raw, _ = validate.read_raw(spark, [f"{src}/part-00000.csv"], p, src)
     plan = validate.flag_rows(raw, p)._jdf.queryExecution().optimizedPlan().toString()
     assert plan.count("trim(") == len(p.columns)
+
+
+def test_written_rows_that_differ_from_the_counted_ones_fail_the_stage(spark, tmp_path):
+    # The check validate and preprocess run before they commit: the Parquet footers of the
+    # partition and of its quarantine against the counts, naming the partition.
+    staging = f"file://{tmp_path}/staged"
+    spark.createDataFrame([(1,), (2,)], "x int").write.parquet(staging)
+    spark.createDataFrame([(3,)], "x int").write.parquet(f"{staging}/_quarantine")
+    common.check_written(spark, staging, 2, 1, "raw/dt=D")
+    with pytest.raises(RuntimeError, match=r"partition raw/dt=D: accounting mismatch: expected 3 kept"):
+        common.check_written(spark, staging, 3, 1, "raw/dt=D")
+    with pytest.raises(RuntimeError, match=r"wrote 2 \+ 1"):
+        common.check_written(spark, staging, 2, 2, "raw/dt=D")
