@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmarks import crossover
 from benchmarks.environment import REPO
 
 NOTES = REPO / "benchmarks" / "NOTES.md"  # hand-written reading of the committed run, appended
@@ -20,18 +21,20 @@ SCALING_TARGET = 4.4  # time at 4x the rows <= this x (no worse than linear, wit
 # the driver JVM is also the executor) at 4x the rows at most this x. Spark's memory is
 # bounded by its settings, not the data; 1.25 leaves room for page-cache-sized noise.
 FLAT_MEMORY_TARGET = 1.25
-MEMORY_BUDGET_MB = 8 * 1024  # the single-node crossover: peak RSS against an 8 GiB budget
+MEMORY_BUDGET_MB = crossover.BUDGET_MB  # the single-node crossover: peak RSS against the budget
 READERS = ("rank_batches", "pyarrow_floor", "pandas_dataloader")
 STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")  # results.json sorts keys
 
+NOT_SEARCHED = """\
+- The single-node versions' crossing of the memory budget is interpolated between the
+  measured scales, not searched for (`python -m benchmarks --only crossover`).
+"""
 NOT_DONE = """\
 ## Not measured yet (issue 10)
 
 - The `profile` part (py-spy and the event log) at 4 M and 16 M rows: it ran on the small
   day only, so the stages' cost at scale is read from the jobs and passes of (a') and from
   the stage A/B runs (`python -m benchmarks.stage_ab`) the notes below describe.
-- The single-node versions at 16 M rows take 15 to 19 GB (section (d)): the 8 GiB
-  crossover is interpolated between the measured 4 M and 16 M rows, not searched for.
 - The trainer's input pipeline on a GPU host (pinned batches copied to the device while
   the step runs): this machine has none; (b) measures batches on the CPU.
 """
@@ -204,6 +207,15 @@ def _budget_targets(results: dict[str, Any]) -> list[str]:
             for r, s in sorted(scales.items())
             if s.get("single_node")
         ]
+        if searched := results.get("crossover", {}).get(engine):
+            how = (
+                f"searched: {len(searched['steps'])} more runs on generated data, "
+                f"bracket {crossover.width(searched):.1%} wide"
+            )
+            lines.append(
+                _row(f"{name} exceeds {budget} between (peak RSS, {how})", crossover.describe(searched), "")
+            )
+            continue
         rows, how = crossover_rows(points, MEMORY_BUDGET_MB)
         if rows is not None:
             lines.append(_row(f"{name} exceeds {budget} beyond (peak RSS, {how})", f"{rows:,} rows", ""))
@@ -575,8 +587,12 @@ def _single_node_section(results: dict[str, Any]) -> list[str]:
         "a hash of the id, sample, impute and standardize (train statistics), hash categoricals, write "
         "zstd Parquet per split. Wall time of the whole process (imports included) and its peak RSS, "
         "beside (a)'s numbers of the same run. The targets above give the row count at which each "
-        f"single-node version's peak RSS reaches the {MEMORY_BUDGET_MB / 1024:g} GiB budget, linear between "
-        "the measured scales that bracket it.",
+        f"single-node version's peak RSS reaches the {MEMORY_BUDGET_MB / 1024:g} GiB budget, "
+        + (
+            "searched (below)."
+            if results.get("crossover")
+            else "linear between the measured scales that bracket it."
+        ),
         "",
         "| rows | pandas + scikit-learn | Polars | lakeprep staged (a) | fused (a) | floor (a) "
         "| peak RSS pandas | Polars | staged | fused |",
@@ -598,6 +614,35 @@ def _single_node_section(results: dict[str, Any]) -> list[str]:
                 _mb(sp.get("fused_peak_rss_mb")),
             )
         )
+    return out + _crossover_section(results)
+
+
+def _crossover_section(results: dict[str, Any]) -> list[str]:
+    searched = results.get("crossover")
+    if not searched:
+        return []
+    out = [
+        "",
+        f"**Where each crosses the {MEMORY_BUDGET_MB / 1024:g} GiB budget, searched** "
+        "(`benchmarks/crossover.py`): from the peaks above (the seeds), each version ran once more "
+        "on data generated at the row count where the line through the nearest points under and "
+        "over the budget meets it, stepped inside the bracket, until a count under the budget "
+        f"and one over it were at most {next(iter(searched.values()))['tolerance']:.0%} apart.",
+        "",
+        "| version | rows | peak RSS | wall | measured |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for engine, name in (("pandas_sklearn", "pandas + scikit-learn"), ("polars", "Polars")):
+        if not (result := searched.get(engine)):
+            continue
+        for seed in sorted(result["seeds"], key=lambda x: x["rows"]):
+            out.append(_row(name, f"{seed['rows']:,}", f"{seed['peak_rss_mb']:.0f} MB", "", seed["source"]))
+        for i, step in enumerate(result["steps"], 1):
+            wall = f"{step['wall_s']:.0f} s" if "wall_s" in step else ""
+            out.append(
+                _row(name, f"{step['rows']:,}", f"{step['peak_rss_mb']:.0f} MB", wall, f"search step {i}")
+            )
+        out.append(_row(f"**{name}**", f"**{crossover.describe(result)}**", "", "", ""))
     return out
 
 
@@ -697,6 +742,6 @@ def write(results: dict[str, Any], out: Path) -> None:
     lines += ["![time and peak memory against rows](results.png)", ""]
     if results["mode"] == "full" and NOTES.is_file() and out.resolve() == NOTES.parent.resolve():
         lines += [NOTES.read_text().rstrip(), ""]
-    lines += [NOT_DONE]
+    lines += [NOT_DONE if "crossover" in results else NOT_DONE + NOT_SEARCHED]
     (out / "RESULTS.md").write_text("\n".join(lines))
     plot(results, out / "results.png")

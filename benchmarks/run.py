@@ -12,13 +12,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import dag_parse, day_profile, generate, input_pipeline, report, single_node, spark_prep
+from benchmarks import (
+    crossover,
+    dag_parse,
+    day_profile,
+    generate,
+    input_pipeline,
+    report,
+    single_node,
+    spark_prep,
+)
 from benchmarks.environment import REPO, WORK, child_env, demo_startup, machine, work_folder_lock
 from benchmarks.measure import child_result, run_child, summary
 
 FULL_ROWS = (1_000_000, 4_000_000, 16_000_000)
 QUICK_ROWS = (20_000,)
-PARTS = ("spark", "input", "parse", "single_node", "passes", "small", "profile")
+PARTS = ("spark", "input", "parse", "single_node", "passes", "small", "profile", "crossover")
 # `spark` runs the fused submissions too, so quick mode leaves `small` (the same code on a
 # 900-row day) out: the smoke check runs every code path once, not every size.
 QUICK_PARTS = ("spark", "input", "parse", "single_node")
@@ -48,6 +57,12 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--only", nargs="+", choices=PARTS, help="measure only these parts")
     parser.add_argument("--single-node-max-rows", type=int, default=SINGLE_NODE_MAX_ROWS)
+    parser.add_argument(
+        "--crossover-seed",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="part `crossover`: start the search from the single-node peaks an earlier run measured",
+    )
     parser.add_argument(
         "--report-only", type=Path, metavar="RESULTS_JSON", help="rewrite RESULTS.md and the plot beside it"
     )
@@ -255,25 +270,27 @@ def _input(manifest: str, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
     }
 
 
+def _single_node_run(lake: Path, engine: str, log: Path) -> dict[str, Any]:
+    """One run of one single-node engine over the lake's partition: its result, time and peak."""
+    out = WORK / "scratch" / f"single_node-{engine}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.single_node",
+        "--lake",
+        str(lake),
+        "--engine",
+        engine,
+        "--out",
+        str(out),
+    ]
+    m = run_child(cmd, env=child_env(), log=log, cwd=REPO)
+    return {**child_result(m), "wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb}
+
+
 def _single_node(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
     def engine_run(engine: str) -> Callable[[Path], dict[str, Any]]:
-        def measure(rep_logs: Path) -> dict[str, Any]:
-            out = WORK / "scratch" / f"single_node-{engine}"
-            cmd = [
-                sys.executable,
-                "-m",
-                "benchmarks.single_node",
-                "--lake",
-                str(lake),
-                "--engine",
-                engine,
-                "--out",
-                str(out),
-            ]
-            m = run_child(cmd, env=child_env(), log=rep_logs / f"{engine}.log", cwd=REPO)
-            return {**child_result(m), "wall_s": m.wall_s, "peak_rss_mb": m.peak_rss_mb}
-
-        return measure
+        return lambda rep_logs: _single_node_run(lake, engine, rep_logs / f"{engine}.log")
 
     engines = list(single_node.ENGINES)
     runs = _rotate({e: engine_run(e) for e in engines}, logs, warmup, reps, "single node")
@@ -282,6 +299,47 @@ def _single_node(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, An
         **{f"{e}_s": summary([r[e]["wall_s"] for r in runs]) for e in engines},
         **{f"{e}_peak_rss_mb": summary([r[e]["peak_rss_mb"] for r in runs]) for e in engines},
     }
+
+
+def _crossover_seeds(
+    results: dict[str, Any], seed_file: Path | None
+) -> dict[str, list[tuple[int, float, str]]]:
+    """Per engine, the single-node peaks already measured: this run's scales, then the seed file's."""
+    sources = [(results, "this run")]
+    if seed_file:
+        seeded = json.loads(seed_file.read_text())
+        sources.append((seeded, f"{seed_file} (run of {seeded.get('started', '?')})"))
+    seeds: dict[str, list[tuple[int, float, str]]] = {e: [] for e in single_node.ENGINES}
+    for source, name in sources:
+        for rows, scale in source["scales"].items():
+            for engine in single_node.ENGINES:
+                sn = scale.get("single_node")
+                if sn and int(rows) not in {r for r, _, _ in seeds[engine]}:
+                    seeds[engine].append((int(rows), sn[f"{engine}_peak_rss_mb"]["median"], name))
+    return seeds
+
+
+def _crossover(results: dict[str, Any], seed_file: Path | None, seed: int, logs: Path) -> dict[str, Any]:
+    """Per single-node engine, the row counts that bracket its crossing of the memory budget
+    (benchmarks/crossover.py), each measured once on data generated at that count."""
+    out = {}
+    for engine, seeds in _crossover_seeds(results, seed_file).items():
+        if not seeds:
+            raise SystemExit(
+                "crossover: no single-node measurement to start from; run the single_node part with it "
+                "or name an earlier results.json with --crossover-seed"
+            )
+
+        def measure(rows: int, engine: str = engine) -> dict[str, Any]:
+            lake = WORK / "data" / f"flights-{rows}-s{seed}"
+            _log(f"  crossover {engine}: {rows:,} rows (data in {lake})")
+            generate.land(lake, rows, seed)
+            m = _single_node_run(lake, engine, logs / f"{engine}-{rows}.log")
+            _log(f"  crossover {engine}: {rows:,} rows, peak {m['peak_rss_mb']:.0f} MB, {m['wall_s']:.0f} s")
+            return {"peak_rss_mb": m["peak_rss_mb"], "wall_s": m["wall_s"]}
+
+        out[engine] = crossover.search(measure, seeds)
+    return out
 
 
 def _folder_mb(path: Path) -> float:
@@ -374,6 +432,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "small_rows": args.small_rows,
             "parts": args.only,
             "single_node_max_rows": args.single_node_max_rows,
+            "crossover_seed": None if args.crossover_seed is None else str(args.crossover_seed),
             "rows_per_file": generate.ROWS_PER_FILE,
             "ds": generate.DS,
         },
@@ -433,6 +492,10 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if "single_node" in args.only and rows <= args.single_node_max_rows:
             scale["single_node"] = _single_node(lake, scale_logs / "single_node", args.warmup, args.reps)
             save()
+    if "crossover" in args.only:
+        _log(f"crossover: the row counts where the single-node versions pass {crossover.BUDGET_MB} MB")
+        results["crossover"] = _crossover(results, args.crossover_seed, args.seed, logs / "crossover")
+        save()
     results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     results["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     save()
@@ -457,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 }
                 results["scales"].setdefault(rows, {}).update(stamped)
             results["scales"] = dict(sorted(results["scales"].items(), key=lambda kv: int(kv[0])))
-            for key in ("dag_parse", "small_day", "small_profile"):
+            for key in ("dag_parse", "small_day", "small_profile", "crossover"):
                 if key in other:
                     results[key] = other[key]
             extra = f"{other['command']} ({other['started']}, parts {other['config']['parts']})"
