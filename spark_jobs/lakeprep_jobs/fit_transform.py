@@ -804,7 +804,10 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
     from pyspark.sql import functions as F
 
     window = common.read_complete(spark, inputs)
-    train = window.filter(F.col(layout.SPLIT) == "train").cache()
+    # Not cached: each of the fit's few passes reads only the columns it needs from the
+    # Parquet, which costs less than building an in-memory cache of every column (ids
+    # included) for them (benchmarks/RESULTS.md).
+    train = window.filter(F.col(layout.SPLIT) == "train")
     counts = {r[0]: int(r[1]) for r in window.groupBy(layout.SPLIT).count().collect()}
     rows = counts.get("train", 0)
     if rows == 0:
@@ -813,7 +816,6 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
             f"(rows per split {counts}); widen window.days or the sample fractions"
         )
     doc, notes = fit(train, p, rows=rows, partitions=list(inputs))
-    train.unpersist()
     check_document(doc, f"{output}/{layout.TRANSFORM}")
     text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False)
     report = {
