@@ -623,9 +623,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
 
     transform, transform_text = load_transform(spark, p.transform_uri)
     rows, schemas = read_window(spark, inputs)
-    # Cached: counted per split and class, checked for non-finite values and summed for
-    # the sources' fingerprints (one aggregate), then balanced, numbered and written.
-    tagged = apply_transform(rows, transform, keep=(SOURCE_COLUMN, ROW_HASH_COLUMN)).cache()
+    # Counted per split and class, checked for non-finite values and summed for the
+    # sources' fingerprints (one aggregate), then balanced, numbered and written. Not
+    # cached: recomputing the transform from the Parquet for those few readers costs less
+    # than building an in-memory cache of every output column (benchmarks/RESULTS.md).
+    tagged = apply_transform(rows, transform, keep=(SOURCE_COLUMN, ROW_HASH_COLUMN))
     counts = count_window(tagged, transform)
     window = tagged.drop(SOURCE_COLUMN, ROW_HASH_COLUMN)
     sources = [
@@ -752,7 +754,6 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             spark, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
         )
     frames["train"].unpersist()
-    tagged.unpersist()
     return report
 
 
