@@ -25,19 +25,27 @@ MEMORY_BUDGET_MB = crossover.BUDGET_MB  # the single-node crossover: peak RSS ag
 READERS = ("rank_batches", "pyarrow_floor", "pandas_dataloader")
 STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")  # results.json sorts keys
 
+# What a run leaves unmeasured, each bullet shown while its part is missing from the results.
+NOT_PROFILED = """\
+- The `profile` part (py-spy and the event log) at scale: it ran on the small day only, so
+  the stages' cost at scale is read from the jobs and passes of (a') and from the stage
+  A/B runs (`python -m benchmarks.stage_ab`) the notes below describe.
+"""
 NOT_SEARCHED = """\
 - The single-node versions' crossing of the memory budget is interpolated between the
   measured scales, not searched for (`python -m benchmarks --only crossover`).
 """
-NOT_DONE = """\
-## Not measured yet (issue 10)
-
-- The `profile` part (py-spy and the event log) at 4 M and 16 M rows: it ran on the small
-  day only, so the stages' cost at scale is read from the jobs and passes of (a') and from
-  the stage A/B runs (`python -m benchmarks.stage_ab`) the notes below describe.
+NO_GPU = """\
 - The trainer's input pipeline on a GPU host (pinned batches copied to the device while
   the step runs): this machine has none; (b) measures batches on the CPU.
 """
+
+
+def not_done(results: dict[str, Any]) -> str:
+    """The closing section: what this machine or this run did not measure."""
+    profiled = any("profile" in s for s in results["scales"].values())
+    gaps = ("" if profiled else NOT_PROFILED) + ("" if results.get("crossover") else NOT_SEARCHED) + NO_GPU
+    return "## Not measured yet (issue 10)\n\n" + gaps
 
 
 def _fmt(s: dict | None, unit: str = "", digits: int = 2) -> str:
@@ -742,6 +750,6 @@ def write(results: dict[str, Any], out: Path) -> None:
     lines += ["![time and peak memory against rows](results.png)", ""]
     if results["mode"] == "full" and NOTES.is_file() and out.resolve() == NOTES.parent.resolve():
         lines += [NOTES.read_text().rstrip(), ""]
-    lines += [NOT_DONE if "crossover" in results else NOT_DONE + NOT_SEARCHED]
+    lines += [not_done(results)]
     (out / "RESULTS.md").write_text("\n".join(lines))
     plot(results, out / "results.png")

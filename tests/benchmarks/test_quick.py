@@ -121,6 +121,15 @@ def test_memory_crossover_is_interpolated_between_the_scales_that_bracket_the_bu
     assert report.crossover_rows(points[:1], 8000)[0] is None
 
 
+def test_the_closing_section_lists_only_what_the_results_lack():
+    bare = {"scales": {"4000000": {"spark": {}}}}
+    text = report.not_done(bare)
+    assert "`profile` part" in text and "not searched for" in text and "GPU host" in text
+    measured = {"scales": {"4000000": {"profile": {}}}, "crossover": {"polars": {}}}
+    text = report.not_done(measured)
+    assert "`profile` part" not in text and "not searched for" not in text and "GPU host" in text
+
+
 def test_the_committed_results_render(tmp_path):
     """`--report-only` on benchmarks/results.json: every part it holds gets its section and targets."""
     results = json.loads((REPO / "benchmarks" / "results.json").read_text())
