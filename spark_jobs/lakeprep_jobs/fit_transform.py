@@ -9,10 +9,10 @@ window's sampled days whose `split` is `train` (validation and test rows never e
 statistic), and written as `transform.json` (docs/TRANSFORM.md) plus a Spark
 `PipelineModel` built from it. `export_shards` then applies it unchanged to every split.
 
-Passes over the cached train rows: the exact counts and means of the raw values
-(imputation fills), an aggregate for the quantiles (median fills, clipping), the exact
-means and standard deviations of the imputed and clipped values (`standard` scaling)
-and an aggregate for `minmax`/`robust`, and one grouped count for all vocabularies
+Passes over the train rows (each reads its columns from the Parquet): the exact counts
+and means of the raw values (imputation fills), an aggregate for the quantiles (median
+fills, clipping), the exact means and standard deviations of the imputed and clipped
+values (`standard` scaling) and an aggregate for `minmax`/`robust`, and one grouped count for all vocabularies
 together (categorical values and text tokens as `(feature, value)` pairs, ranked per
 feature in Spark so only the kept entries reach the driver). Vocabulary order is count
 descending, then value: ties never depend on partitioning. Spark ML's
