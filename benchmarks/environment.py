@@ -20,10 +20,13 @@ FLIGHTS_SPEC = REPO / "pipelines" / "flights.yaml"
 SPARK_MASTER = "local[2]"
 # The heap of every submission's driver JVM, which in local mode is also the only executor
 # (`SPARK_DRIVER_MEMORY`, read by spark-submit's launcher; the same for the floor, the
-# stages and the empty submission). Spark's 1 GiB default fails export_shards at 4 M rows
-# with OutOfMemoryError (a sort-based aggregation's spill readers) after the cached window
-# has pushed fit_transform into recomputing; 4 GiB leaves room for 16 M rows on 2 cores.
-DRIVER_MEMORY = "4g"
+# stages and the empty submission). Spark's 1 GiB default failed export_shards at 4 M rows
+# with OutOfMemoryError (a sort-based aggregation's spill readers) while fit_transform and
+# export_shards cached their inputs; 4 GiB was used until they stopped (efcf3dc). A JVM
+# grows its heap up to this bound when the shuffles' sort buffers can use it, so a stage's
+# peak memory is this setting once the data is large enough: export_shards at 16 M rows
+# peaked at 5249 MB with 4 GiB and 3221 MB with 2 GiB, in 125 s and 121 s.
+DRIVER_MEMORY = "2g"
 
 
 def put_sources_on_path() -> None:
