@@ -305,15 +305,20 @@ def _crossover_seeds(
     results: dict[str, Any], seed_file: Path | None
 ) -> dict[str, list[tuple[int, float, str]]]:
     """Per engine, the single-node peaks already measured: this run's scales, then the seed file's."""
-    sources = [(results, "this run")]
+    sources = [(results, None)]
     if seed_file:
-        seeded = json.loads(seed_file.read_text())
-        sources.append((seeded, f"{seed_file} (run of {seeded.get('started', '?')})"))
+        sources.append((json.loads(seed_file.read_text()), seed_file))
     seeds: dict[str, list[tuple[int, float, str]]] = {e: [] for e in single_node.ENGINES}
-    for source, name in sources:
+    for source, path in sources:
         for rows, scale in source["scales"].items():
+            sn = scale.get("single_node")
+            # A merged part carries the start of the run that measured it (`run`).
+            name = (
+                "this run"
+                if path is None
+                else f"{path} (run of {(sn or {}).get('run', source.get('started'))})"
+            )
             for engine in single_node.ENGINES:
-                sn = scale.get("single_node")
                 if sn and int(rows) not in {r for r, _, _ in seeds[engine]}:
                     seeds[engine].append((int(rows), sn[f"{engine}_peak_rss_mb"]["median"], name))
     return seeds

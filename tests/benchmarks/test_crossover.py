@@ -109,3 +109,27 @@ def test_the_report_gives_the_searched_bracket_instead_of_the_interpolation():
     for step in searched["steps"]:
         assert f"| pandas + scikit-learn | {step['rows']:,} | {step['peak_rss_mb']:.0f} MB |" in section
     assert f"**{crossover.describe(searched)}**" in section
+
+
+def test_seeds_name_the_run_that_measured_them(tmp_path):
+    from benchmarks import run
+
+    def part(mb: float, stamp: str | None = None) -> dict:
+        sn = {f"{e}_peak_rss_mb": {"median": mb} for e in ("pandas_sklearn", "polars")}
+        return {"single_node": {**sn, "run": stamp} if stamp else sn}
+
+    earlier = {
+        "started": "2026-12-01",
+        "scales": {"4000000": part(4000.0, "2026-12-03"), "1000000": part(900.0)},
+    }
+    path = tmp_path / "results.json"
+    path.write_text(__import__("json").dumps(earlier))
+    this = {"scales": {"4000000": part(4100.0)}}
+    seeds = run._crossover_seeds(this, path)["pandas_sklearn"]
+    # This run's 4 M measurement wins over the file's; a merged part names its own run.
+    assert sorted(seeds) == [
+        (1_000_000, 900.0, f"{path} (run of 2026-12-01)"),
+        (4_000_000, 4100.0, "this run"),
+    ]
+    earlier_only = run._crossover_seeds({"scales": {}}, path)["polars"]
+    assert (4_000_000, 4000.0, f"{path} (run of 2026-12-03)") in earlier_only
