@@ -10,8 +10,8 @@ a row count under the budget and one over it are at most `tolerance` apart.
 The search is a safeguarded secant: peak memory grows about linearly with rows, so the
 next row count is where the line through the nearest point under the budget and the
 nearest over it (or the two nearest on one side) meets the budget; it is kept inside the
-bracket, and moved by at least the tolerance away from the point it would repeat, so that
-each step either lands on the other side of the budget or narrows the bracket. Seeds are
+bracket at least half the tolerance from either end, so that each step either lands on
+the other side of the budget or narrows the bracket by that margin. Seeds are
 earlier measurements (this run's single-node part, or `--crossover-seed` results), named
 in the result so a reader can tell measured-here from carried-over.
 

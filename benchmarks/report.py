@@ -243,6 +243,27 @@ def _budget_targets(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _heaps(results: dict[str, Any], part: str) -> str:
+    """` Driver heap: 2g (all scales).` from the parts merged from other runs, which each
+    carry their run's heap; empty when none does (the header's machine line holds)."""
+    heaps = {
+        f"{int(r):,}": s[part]["driver_memory"]
+        for r, s in sorted(results["scales"].items(), key=lambda kv: int(kv[0]))
+        if s.get(part, {}).get("driver_memory")
+    }
+    if not heaps:
+        return ""
+    if len(set(heaps.values())) == 1 and len(heaps) == sum(
+        1 for s in results["scales"].values() if part in s
+    ):
+        return f" Driver heap (`SPARK_DRIVER_MEMORY`): {next(iter(heaps.values()))} at every scale."
+    return (
+        " Driver heap (`SPARK_DRIVER_MEMORY`): "
+        + ", ".join(f"{h} at {r} rows" for r, h in heaps.items())
+        + "."
+    )
+
+
 def _spark_section(results: dict[str, Any]) -> list[str]:
     out = [
         "## (a) Preparation against the floor",
@@ -255,7 +276,8 @@ def _spark_section(results: dict[str, Any]) -> list[str]:
         "Median of the repetitions, ± half the range in % of the median. Ratios per repetition "
         "(floor, stages, fused and empty side by side, order rotating), then their median. *Net of start-up* "
         "takes one empty submission off each of the five stages and off the floor. *CPU* is user + "
-        "system time of each submission's process tree (`wait4`), which the machine's load moves less.",
+        "system time of each submission's process tree (`wait4`), which the machine's load moves less."
+        + _heaps(results, "spark"),
         "",
         "| rows | raw CSV | floor | staged (sum of 5) | ratio | net of start-up | CPU ratio "
         "| fused (sum of 2) | ratio | CPU ratio | empty submission | peak RSS floor "
@@ -444,7 +466,7 @@ def _profile_section(results: dict[str, Any]) -> list[str]:
         "jobs*: the stage's waits on py4j less its jobs (analysis, optimisation, code generation, the "
         "file system, footers); *Python*: the driver's own code. *Waits longest at*: the lakeprep "
         "lines whose py4j calls took longest. py-spy's raw samples (flamegraph.pl's input) and the "
-        "event logs are in the run's log folder.",
+        "event logs are in the run's log folder." + _heaps(results, "profile"),
         *tables,
     ]
 

@@ -516,11 +516,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.merge:
             other = json.loads(args.merge.read_text())
             # The other run's parts replace these (a part measured again is measured anew),
-            # each stamped with the run that measured it (`run`: its start): only parts of
+            # each stamped with the run that measured it (`run`: its start) and that run's
+            # heap (`driver_memory`, which the header's machine line gives for the first run): only parts of
             # one run are compared across scales (report._scaling_targets).
             for rows, scale in other["scales"].items():
                 stamped = {
-                    part: value if part == "data" else {**value, "run": other["started"]}
+                    part: value
+                    if part == "data"
+                    else {
+                        **value,
+                        "run": other["started"],
+                        "driver_memory": other["machine"].get("driver_memory"),
+                    }
                     for part, value in scale.items()
                 }
                 results["scales"].setdefault(rows, {}).update(stamped)

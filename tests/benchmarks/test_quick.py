@@ -130,6 +130,17 @@ def test_the_closing_section_lists_only_what_the_results_lack():
     assert "`profile` part" not in text and "not searched for" not in text and "GPU host" in text
 
 
+def test_the_heap_of_each_merged_part_is_named_in_its_section():
+    scales = {"1000000": {"spark": {"driver_memory": "2g"}}, "4000000": {"spark": {"driver_memory": "2g"}}}
+    assert (
+        report._heaps({"scales": scales}, "spark")
+        == " Driver heap (`SPARK_DRIVER_MEMORY`): 2g at every scale."
+    )
+    scales["4000000"]["spark"]["driver_memory"] = "4g"
+    assert "2g at 1,000,000 rows, 4g at 4,000,000 rows" in report._heaps({"scales": scales}, "spark")
+    assert report._heaps({"scales": {"1000000": {"spark": {}}}}, "spark") == ""
+
+
 def test_the_committed_results_render(tmp_path):
     """`--report-only` on benchmarks/results.json: every part it holds gets its section and targets."""
     results = json.loads((REPO / "benchmarks" / "results.json").read_text())
