@@ -167,6 +167,9 @@ def _contract_frame(
 
     `names` maps each of the file's header names (JSON keys, Parquet columns) to its
     column in `df`. Header names are compared with surrounding whitespace removed.
+    `_raw` is a struct of the record's values (strings) under the file's own names;
+    `flag_rows` writes it as JSON on the rows it quarantines, and only on those (turning
+    every row's values into JSON was a sixth of the stage's first job at 4 M rows).
     Returns the frame and the header names the contract does not use.
     """
     from pyspark.sql import functions as F
@@ -187,9 +190,7 @@ def _contract_frame(
     extra = sorted(h for h in by_name if h not in used)
     frame = df.select(
         *[F.col(_quoted(by_name[raw_name(c)])).cast("string").alias(c["name"]) for c in p.columns],
-        F.to_json(F.struct(*[F.col(_quoted(col)).cast("string").alias(h) for h, col in names.items()])).alias(
-            RAW
-        ),
+        F.struct(*[F.col(_quoted(col)).cast("string").alias(h) for h, col in names.items()]).alias(RAW),
         F.col(CORRUPT).cast("string").alias(CORRUPT),
         F.col("_metadata.file_path").alias(SOURCE_FILE),
     )
@@ -267,23 +268,26 @@ def empty_raw(spark: SparkSession, p: ValidateParams) -> DataFrame:
     """What `read_raw` gives for a partition without data: no rows, the same columns."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    names = [c["name"] for c in p.columns] + [RAW, CORRUPT, SOURCE_FILE]
-    return spark.createDataFrame([], StructType([StructField(n, StringType()) for n in names]))
+    strings = [StructField(n, StringType()) for n in [c["name"] for c in p.columns]]
+    raw = StructField(RAW, StructType([StructField(raw_name(c), StringType()) for c in p.columns]))
+    extra = [StructField(CORRUPT, StringType()), StructField(SOURCE_FILE, StringType())]
+    return spark.createDataFrame([], StructType([*strings, raw, *extra]))
 
 
 def read_raw(
     spark: SparkSession, files: list[str], p: ValidateParams, where: str
-) -> tuple[DataFrame, list[str]]:
+) -> tuple[list[DataFrame], list[str]]:
     """Read the data files with every contract column as a string, keeping bad records.
 
-    Returns the contract columns (contract names, raw strings), `_raw` (the record's values
-    under the file's own names, as JSON), `_corrupt_record` and `_source_file`, plus the
-    file columns the contract does not use. Raises ContractError naming the partition, the
-    file(s) and the column when a required column is missing.
+    Returns one frame per header (CSV files whose headers differ are read apart; other
+    formats are one read) and the file columns the contract does not use. Each frame has
+    the contract columns (contract names, raw strings), `_raw` (the record's values under
+    the file's own names, a struct whose fields differ with the header), `_corrupt_record`
+    and `_source_file`. Raises ContractError naming the partition, the file(s) and the
+    column when a required column is missing.
     """
     reads = _read_csv(spark, files, p, where) if p.format == "csv" else [_read_other(spark, files, p, where)]
-    frame = functools.reduce(lambda a, b: a.unionByName(b), [df for df, _ in reads])
-    return frame, sorted({c for _, extra in reads for c in extra})
+    return [df for df, _ in reads], sorted({c for _, extra in reads for c in extra})
 
 
 # ----------------------------------------------------------------------------- checking
@@ -321,14 +325,17 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
     `_reason` is null for a valid row, else the first problem found (module docstring),
     naming the column. Type checks look at the raw strings (a value that is present but
     does not parse); id and label checks look at the derived columns. Derived expressions
-    see the typed contract columns and `_source_file`. `_raw` is kept only on rows with a
-    reason (the quarantine is its only reader), so the rows that pass carry no copy of
-    their raw values through the stage's cache.
+    see the typed contract columns and `_source_file`. `_raw`, the record's values as
+    JSON (from a struct of them, or as given when already a string), is kept only on rows
+    with a reason (the quarantine is its only reader) and computed only for them: the
+    JSON is built inside the CASE WHEN that keeps it.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
 
     if RAW not in raw.columns:
-        raw = raw.withColumn(RAW, F.to_json(F.struct(*[F.col(_quoted(c["name"])) for c in p.columns])))
+        raw = raw.withColumn(RAW, F.struct(*[F.col(_quoted(c["name"])) for c in p.columns]))
+    raw_json = F.col(RAW) if isinstance(raw.schema[RAW].dataType, StringType) else F.to_json(F.col(RAW))
     # Each value is trimmed and cast once, in projections of their own: the checks below
     # refer to a typed value up to four times, and inline they would repeat the trim and
     # the cast for each (Spark's subexpression elimination does not reach into the later
@@ -397,7 +404,7 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
         ]
     )
     df = df.withColumn(REASON, reason).drop("_type_reason")
-    return df.withColumn(RAW, F.when(F.col(REASON).isNotNull(), F.col(RAW)))
+    return df.withColumn(RAW, F.when(F.col(REASON).isNotNull(), raw_json))
 
 
 def reason_kind(reason: Column) -> Column:
@@ -466,7 +473,7 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
         "file_accounting": {f: {"rows_in": 0, "rows_out": 0, "rows_quarantined": 0} for f, _ in listed},
     }
     try:
-        raw, extra = read_raw(spark, data_files, p, where) if data_files else (empty_raw(spark, p), [])
+        raws, extra = read_raw(spark, data_files, p, where) if data_files else ([empty_raw(spark, p)], [])
     except ContractError as err:
         _commit_failed(spark, output, {**report, "status": "failed", "error": str(err)})
         raise
@@ -477,7 +484,8 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
     # accounting, the partition, its quarantine and its profile then read that (columnar,
     # pruned to what each needs) instead of parsing the files again or holding them in
     # Spark's cache. Only quarantined rows keep `_raw` (flag_rows).
-    flagged = flag_rows(raw, p)
+    # Flagged per header, then united: each read's `_raw` struct has its file's own names.
+    flagged = functools.reduce(lambda a, b: a.unionByName(b), [flag_rows(raw, p) for raw in raws])
     keep = [c["name"] for c in p.columns] + [c["name"] for c in p.derived]
     with common.PartitionCommit(spark, output) as staging:
         checked_uri = f"{staging}{CHECKED_SUFFIX}"

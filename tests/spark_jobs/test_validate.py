@@ -300,9 +300,16 @@ def test_raw_names_and_null_tokens_read_exporter_headers_and_nulls(spark, tmp_pa
 
 def test_every_input_file_is_accounted_for(spark, tmp_path):
     land(tmp_path, "id,amount,kind,when\na,1,x,\nb,oops,x,\n", "part-00000.csv")
-    src = land(tmp_path, "when,kind,id,amount\n,y,c,3\n,,d,4\n,y,e,5\n", "part-00001.csv")
+    src = land(tmp_path, "when,kind,id,amount\n,y,c,3\n,y,d,4x\n,y,e,5\n", "part-00001.csv")
     (tmp_path / "raw" / "dt=2013-01-01" / "part-00002.csv").write_bytes(b"")
     report = validate.run(spark, [src], f"file://{tmp_path}/out", params())
+    # Files with different headers are flagged apart: each quarantined row's `_raw` keeps
+    # its own file's names in its own file's order (nulls left out).
+    quarantined = spark.read.parquet(f"file://{tmp_path}/out/_quarantine").collect()
+    assert sorted(r["_raw"] for r in quarantined) == [
+        '{"id":"b","amount":"oops","kind":"x"}',
+        '{"kind":"y","id":"d","amount":"4x"}',
+    ]
     by_file = {k.rsplit("/", 1)[-1]: v for k, v in report["file_accounting"].items()}
     assert by_file == {
         "part-00000.csv": {"rows_in": 2, "rows_out": 1, "rows_quarantined": 1},
@@ -503,7 +510,7 @@ def test_each_value_is_trimmed_once_whatever_the_checks_that_read_it(spark, tmp_
     # stage's CPU at scale. Projections of their own keep it to one per value.
     src = land(tmp_path, CSV)
     p = params()
-    raw, _ = validate.read_raw(spark, [f"{src}/part-00000.csv"], p, src)
+    [raw], _ = validate.read_raw(spark, [f"{src}/part-00000.csv"], p, src)
     plan = validate.flag_rows(raw, p)._jdf.queryExecution().optimizedPlan().toString()
     assert plan.count("trim(") == len(p.columns)
 
