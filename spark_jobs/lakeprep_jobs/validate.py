@@ -309,10 +309,18 @@ def null_tokens(col: dict[str, Any], p: ValidateParams) -> list[str]:
 
 
 def as_null(value: Column, tokens: Sequence[str]) -> Column:
-    """Null where the value, stripped of surrounding whitespace, is blank or a null token."""
+    """Null where the value, stripped of surrounding whitespace, is blank or a null token.
+
+    Only a value whose first or last character is at most a space (every WHITESPACE
+    character is) is stripped: Spark's `btrim` with a character set copies every value
+    it is given, twice, which was a seventh of the first job's time at 4 M rows. The
+    first character is compared in place (`value < "!"`: empty, or the first byte at
+    most 0x20), the last as a one-character substring.
+    """
     from pyspark.sql import functions as F
 
-    stripped = F.btrim(value, F.lit(WHITESPACE))
+    padded = (value < F.lit("!")) | (F.substring(value, -1, 1) < F.lit("!"))
+    stripped = F.when(padded, F.btrim(value, F.lit(WHITESPACE))).otherwise(value)
     is_null = stripped == ""
     if tokens:
         is_null = is_null | stripped.isin(list(tokens))

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from lakeprep_airflow.partition_status import check_partition
@@ -502,6 +503,35 @@ def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
     report, jobs = spark_jobs(spark, lambda: validate.run(spark, [src], f"file://{tmp_path}/out", p))
     assert (report["rows_out"], report["rows_quarantined"]) == (3, 3)
     assert len(jobs) <= 11, "\n".join(jobs)
+
+
+@pytest.mark.parametrize("tokens", [[], ["NA", "-"]])
+def test_blank_and_null_tokens_are_judged_after_stripping_whitespace(spark, tokens):
+    # as_null strips only values that start or end with whitespace; whatever the shortcut,
+    # the result must be Python's strip of the same characters (the serving side's rule).
+    values = [
+        "",
+        " ",
+        "\t\n",
+        " \r\n\f\v",
+        "NA",
+        " NA ",
+        "\vNA",
+        "NA\t",
+        "N A",
+        "-",
+        "x ",
+        " x",
+        "x",
+        "\u00a0",
+        "é\t",
+    ]
+    frame = spark.createDataFrame([(v,) for v in [*values, None]], "v string")
+    got = [r[0] for r in frame.select(validate.as_null(F.col("v"), tokens)).collect()]
+    expected = [
+        None if v is None or v.strip(validate.WHITESPACE) in ("", *tokens) else v for v in [*values, None]
+    ]
+    assert got == expected
 
 
 def test_each_value_is_trimmed_once_whatever_the_checks_that_read_it(spark, tmp_path):
