@@ -509,6 +509,8 @@ def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
 def test_blank_and_null_tokens_are_judged_after_stripping_whitespace(spark, tokens):
     # as_null strips only values that start or end with whitespace; whatever the shortcut,
     # the result must be Python's strip of the same characters (the serving side's rule).
+    # The shortcut compares bytes with 0x20, so every whitespace character must be one.
+    assert all(ord(c) <= 0x20 for c in validate.WHITESPACE)
     values = [
         "",
         " ",
