@@ -32,7 +32,7 @@ SYNTHETIC = "is_synthetic"  # true on rows made by augmentation (train split onl
 RESERVED_COLUMNS = (ID, LABEL, SPLIT, SYNTHETIC)
 PREFIXES = {"numeric": "num__", "categorical": "cat__", "text": "txt__"}
 SPLITS = ("train", "validation", "test")
-# The raw file a record came from (Spark's `_metadata.file_path`): in validate's
+# The raw file a record came from (Spark's `input_file_name()`): in validate's
 # quarantine, and a name derived expressions may use (ids of text records).
 SOURCE_FILE = "_source_file"
 

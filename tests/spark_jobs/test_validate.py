@@ -321,6 +321,22 @@ def test_every_input_file_is_accounted_for(spark, tmp_path):
     assert (report["rows_in"], report["rows_out"], report["rows_quarantined"]) == (5, 3, 2)
 
 
+def test_files_with_spaces_and_percent_signs_are_accounted_and_named(spark, tmp_path):
+    # The scan names a file URI-encoded (`a%20b`, `100%25`), a local one as `file:///`;
+    # the listing names it decoded: both must meet on the same file.
+    land(tmp_path, "id,amount,kind,when\na,1,x,\nb,oops,x,\n", "day 1 (100%).csv")
+    src = land(tmp_path, "id,amount,kind,when\nc,2,y,\n", "day 2.csv")
+    out = f"file://{tmp_path}/out"
+    report = validate.run(spark, [src], out, params())
+    by_file = {k.rsplit("/", 1)[-1]: v for k, v in report["file_accounting"].items()}
+    assert by_file == {
+        "day 1 (100%).csv": {"rows_in": 2, "rows_out": 1, "rows_quarantined": 1},
+        "day 2.csv": {"rows_in": 1, "rows_out": 1, "rows_quarantined": 0},
+    }
+    [quarantined] = spark.read.parquet(f"{out}/_quarantine").collect()
+    assert quarantined["_source_file"] == f"file://{tmp_path}/raw/dt=2013-01-01/day%201%20(100%25).csv"
+
+
 # ------------------------------------------------------------------------------ text
 
 

@@ -431,7 +431,7 @@ def _prefixed(prefix: str, values: pa.Array) -> list[str | None]:
 
 
 def _file_uri(where: str) -> str:
-    """What Spark's ``_metadata.file_path`` says for a file: a URI."""
+    """A file as a URI, as validate's ``_source_file`` names a local one (``file:///...``)."""
     if "://" in where or where.startswith("<"):
         return where
     return f"file://{os.path.abspath(where)}"
