@@ -293,8 +293,22 @@ def test_an_uncommitted_input_is_refused(spark, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_ids_that_share_a_hash_are_told_apart_by_their_values(spark):
+    # A repeated hash is a repeated id or, rarely, two ids with one hash: the second
+    # grouping, by value, keeps only the first. As if every hash had collided:
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([("a",), ("b",), ("a",), ("c",), (None,), (None,)], "id string")
+    every_hash = df.select(F.xxhash64("id").alias("_id_hash")).distinct()
+    assert sorted(r[0] or "" for r in preprocess.repeated_ids(df, "id", every_hash).collect()) == ["", "a"]
+    assert sorted(r[0] or "" for r in preprocess.repeated_ids(df, "id").collect()) == ["", "a"]
+    by_hash = preprocess.repeated_id_hashes(df, "id")
+    assert sorted(r[0] or "" for r in preprocess.repeated_ids(df, "id", by_hash).collect()) == ["", "a"]
+    assert by_hash.count() == 2
+
+
 def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
-    """Passes are not re-added: the reference's header, one aggregation of the id column,
+    """Passes are not re-added: the reference's header, one aggregation of the ids' hashes,
     the partition, whose write also counts for the report (observed: 12 jobs when the
     counts were an aggregation of their own); the input's schema comes from its footer,
     not from a job. (Spark's adaptive execution runs each shuffle as jobs of its own: at 6
