@@ -61,7 +61,10 @@ def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
             + sum(st["wall_s"] for st in sub["stages"].values())
         )
         assert parts == pytest.approx(sub["sampled_s"], abs=0.1), name
-        assert sub["sampled_s"] <= sub["wall_s"] + 1, name
+        # Samples x interval is py-spy's clock, not the wall's: on a loaded machine it lags and
+        # then catches up (a clean-clone run beside benchmarks: 49.07 s sampled in 48.02 s).
+        # A double count would be twice the wall; a few percent is py-spy's timing.
+        assert sub["sampled_s"] <= sub["wall_s"] * 1.05 + 1, name
         for stage, st in sub["stages"].items():
             assert st["jobs"] >= 1 and 0 < st["in_jobs_s"] <= st["wall_s"] + 0.5, (name, stage)
             # the waits name lakeprep's own lines
