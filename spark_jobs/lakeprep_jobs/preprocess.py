@@ -138,7 +138,7 @@ def repeated_id_hashes(df: DataFrame, id_column: str) -> DataFrame:
 
     Every repeated id's hash is among them, and so, rarely, is a hash that two different
     ids share. Grouping the hashes instead of the ids shuffles and looks up 8 bytes a row
-    instead of the id string: about two thirds of the time at 4 M flights rows.
+    instead of the id string: about half the time at 4 M flights rows.
     """
     from pyspark.sql import functions as F
 

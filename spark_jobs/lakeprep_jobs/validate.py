@@ -169,8 +169,8 @@ def _contract_frame(
     `names` maps each of the file's header names (JSON keys, Parquet columns) to its
     column in `df`. Header names are compared with surrounding whitespace removed.
     `_raw` is a struct of the record's values (strings) under the file's own names;
-    `flag_rows` writes it as JSON on the rows it quarantines, and only on those (turning
-    every row's values into JSON was a sixth of the stage's first job at 4 M rows).
+    `flag_rows` writes it as JSON on the rows it quarantines, and only on those (the JSON
+    of every other row was thrown away).
     Returns the frame and the header names the contract does not use.
     """
     from pyspark.sql import functions as F
