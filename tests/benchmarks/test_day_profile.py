@@ -74,7 +74,13 @@ def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
         # the sites grouped and ranked by their seconds, lakeprep's own lines among them.
         jobs = event_log.job_times(tmp_path / "logs" / name / "events")
         assert len(jobs) == sum(st["jobs"] for st in sub["stages"].values()) + sub["untagged_jobs"], name
-        assert all(j["seconds"] >= 0 and j["tasks"] >= 1 for j in jobs), name
+        # A job may run no task: adaptive execution gives a stage over an empty shuffle none
+        # (preprocess's check for repeated ids on a day without any: the hashes grouped,
+        # nothing after them). The others run at least one.
+        assert all(j["seconds"] >= 0 and j["tasks"] >= 0 for j in jobs), name
+        assert sum(j["tasks"] >= 1 for j in jobs) >= len(jobs) - 2, [
+            (j["call_site"], j["tasks"]) for j in jobs
+        ]
         sites = event_log.by_call_site(jobs)
         assert sum(s["jobs"] for s in sites) == len(jobs), name
         assert [s["seconds"] for s in sites] == sorted((s["seconds"] for s in sites), reverse=True), name
