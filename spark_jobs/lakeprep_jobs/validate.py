@@ -342,16 +342,15 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
     naming the column. Type checks look at the raw strings (a value that is present but
     does not parse); id and label checks look at the derived columns. Derived expressions
     see the typed contract columns and `_source_file`. `_raw`, the record's values as
-    JSON (from a struct of them, or as given when already a string), is kept only on rows
-    with a reason (the quarantine is its only reader) and computed only for them: the
-    JSON is built inside the CASE WHEN that keeps it.
+    JSON (from the struct `read_raw` gives, else one of the contract columns), is kept
+    only on rows with a reason (the quarantine is its only reader) and computed only for
+    them: the JSON is built inside the CASE WHEN that keeps it.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
 
     if RAW not in raw.columns:
         raw = raw.withColumn(RAW, F.struct(*[F.col(_quoted(c["name"])) for c in p.columns]))
-    raw_json = F.col(RAW) if isinstance(raw.schema[RAW].dataType, StringType) else F.to_json(F.col(RAW))
+    raw_json = F.to_json(F.col(RAW))
     # Each value is trimmed and cast once, in projections of their own: the checks below
     # refer to a typed value up to four times, and inline they would repeat the trim and
     # the cast for each (Spark's subexpression elimination does not reach into the later
