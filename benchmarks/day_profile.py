@@ -4,12 +4,14 @@
 
 Each of the two fused submissions (`spark.fuse_stages`, as the operator builds them) runs
 once with `spark.eventLog.enabled` and under `py-spy record --subprocesses --idle
---threads` (py-spy follows every process the launcher starts; a Python wrapper is the
-root, since the launcher itself is bash and Java). From the Python driver's main thread
-(wall-clock samples, waiting included) and the event log:
+--threads` (py-spy follows every process the launcher starts; a Python wrapper,
+`benchmarks.driver_start`, is the root, since the launcher itself is bash and Java). From
+the Python driver's main thread (wall-clock samples, waiting included) and the event log:
 
-- *before the driver*: the launcher and the JVM until the Python driver runs (the
-  submission's wall time less the driver's sampled lifetime);
+- *before the driver*: the launcher and the JVM until the Python driver runs, timed by
+  the wrapper (from its start of the launcher until a descendant runs the driver script;
+  py-spy's own start before that is not counted). The *sampled total* is this plus the
+  driver's samples;
 - *session start* (`common.start_session`: the SparkContext and its JVM side) and *stop*;
 - per stage, the samples under `common.run_stage`, split into *in Spark jobs* (the union of
   the intervals of the jobs that carry the stage's `lakeprep.stage` property, from the
@@ -40,7 +42,8 @@ RATE_HZ = 100  # py-spy samples per second and thread
 STAGE_PROPERTY = "lakeprep.stage"  # lakeprep_jobs.common.STAGE_PROPERTY (not imported: no pyspark here)
 _STAGE_FRAME = re.compile(r"lakeprep_jobs/(\w+)\.py:\d+\)$")
 _LAKEPREP_FRAME = re.compile(r"^(\S+) \(.*lakeprep_jobs/(\w+\.py):(\d+)\)$")
-_WRAPPER = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+DRIVER_SCRIPT = "lakeprep_jobs/fused.py"  # the Python driver of a fused submission
+POLL_S = 0.02  # how often the wrapper (`benchmarks.driver_start`) looks for the driver
 
 
 def py_spy() -> str | None:
@@ -87,7 +90,6 @@ def classify(samples: Path) -> dict[str, Any]:
     stages: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     waits: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     workers: set[str] = set()
-    wrapper = 0
     for line in samples.read_text().splitlines():
         frames, count = _frames(line)
         procs = [f for f in frames if f.startswith("process ")]
@@ -97,11 +99,10 @@ def classify(samples: Path) -> dict[str, Any]:
         thread = next((f for f in frames if f.startswith("thread (")), "")
         if not thread.endswith("MainThread"):
             continue
-        if len(procs) == 1:  # the wrapper: alive for the whole submission
-            wrapper += count
+        # The wrapper (the root, alone; its arguments name the driver too) is not the driver,
+        # nor is any other Python the launcher runs (find_spark_home.py).
+        if len(procs) == 1 or DRIVER_SCRIPT not in procs[-1]:
             continue
-        if not any("lakeprep_jobs/fused.py" in p for p in procs):
-            continue  # find_spark_home.py and the like: counted in "before the driver"
         code = frames[frames.index(thread) + 1 :]
         at = next((i for i, f in enumerate(code) if f.startswith("run_stage (")), None)
         if at is not None and at + 1 < len(code) and (m := _STAGE_FRAME.search(code[at + 1])):
@@ -124,7 +125,6 @@ def classify(samples: Path) -> dict[str, Any]:
         "stages": {s: dict(c) for s, c in stages.items()},
         "waits": {s: c.most_common(4) for s, c in waits.items()},
         "workers": len(workers),
-        "wrapper": wrapper,
     }
 
 
@@ -133,6 +133,7 @@ def profile_submission(cmd: list[str], folder: Path, order: tuple[str, ...]) -> 
     in `order` (the plan's; py-spy's raw samples come in no particular order)."""
     events = folder / "events"
     samples = folder / "py-spy.txt"
+    started = folder / "driver_start.json"
     spy = py_spy()
     if spy is None:
         raise RuntimeError("py-spy is not installed (requirements-dev.txt); `make venv` installs it")
@@ -151,8 +152,11 @@ def profile_submission(cmd: list[str], folder: Path, order: tuple[str, ...]) -> 
         str(samples),
         "--",
         sys.executable,
-        "-c",
-        _WRAPPER,
+        "-m",
+        "benchmarks.driver_start",
+        str(started),
+        DRIVER_SCRIPT,
+        str(POLL_S),
         cmd[0],
         *event_log.conf_args(events),
         *cmd[1:],
@@ -162,6 +166,19 @@ def profile_submission(cmd: list[str], folder: Path, order: tuple[str, ...]) -> 
     jobs = job_intervals(events)
     sec = 1 / RATE_HZ
     driver = (sum(got["phases"].values()) + sum(sum(c.values()) for c in got["stages"].values())) * sec
+    # py-spy exits 0 whatever its command did: the wrapper records the submission's exit code.
+    wrapped = json.loads(started.read_text()) if started.is_file() else {}
+    if wrapped.get("returncode") != 0:
+        raise RuntimeError(
+            f"the profiled submission failed (exit code {wrapped.get('returncode')}); "
+            f"see {folder / 'submission.log'}"
+        )
+    before_driver = wrapped["driver_after_s"]
+    if before_driver is None:
+        raise RuntimeError(
+            f"no Python driver running {DRIVER_SCRIPT} was seen during the submission; "
+            f"see {folder / 'submission.log'}"
+        )
     stages = {}
     for stage, counts in sorted(got["stages"].items(), key=lambda kv: order.index(kv[0])):
         jvm, python = counts.get("jvm", 0) * sec, counts.get("python", 0) * sec
@@ -178,8 +195,8 @@ def profile_submission(cmd: list[str], folder: Path, order: tuple[str, ...]) -> 
     return {
         "wall_s": m.wall_s,  # includes py-spy's own start (about a second)
         "cpu_s": m.cpu_s,
-        "sampled_s": round(got["wrapper"] * sec, 2),
-        "before_driver_s": round(max(got["wrapper"] * sec - driver, 0.0), 2),
+        "sampled_s": round(before_driver + driver, 2),
+        "before_driver_s": round(before_driver, 2),
         "session_start_s": phases.get("session_start", 0.0),
         "session_stop_s": phases.get("session_stop", 0.0),
         "driver_other_s": phases.get("other", 0.0),

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,61 @@ def test_union_counts_overlapping_jobs_once():
     assert day_profile.union_s([(0, 1000), (500, 1500), (3000, 3500)]) == 2.0
     assert day_profile.union_s([(0, 2000), (100, 200)]) == 2.0
     assert day_profile.union_s([]) == 0
+
+
+def test_classify_counts_the_driver_alone(tmp_path):
+    # py-spy's raw lines: each sampled process with its ancestors, its thread, its frames.
+    jobs = "lakeprep_jobs/fused.py"
+    root = f'process 10:"python -m benchmarks.driver_start out {jobs} 0.02 spark-submit x/{jobs}"'
+    launcher = f'process 11:"bash spark-class org.apache.spark.deploy.SparkSubmit x/{jobs}"'
+    driver = f'process 12:"/venv/bin/python /repo/spark_jobs/{jobs} --plan [{{}}]"'
+    home = 'process 13:"/venv/bin/python /spark/bin/find_spark_home.py"'
+    in_driver = f"{root};{launcher};{driver};thread (1): MainThread;<module> (/repo/x/{jobs}:9)"
+    lines = [
+        f"{root};thread (1): MainThread;<module> (<string>:1);wait (subprocess.py:1) 900",  # the wrapper
+        f"{root};{launcher};{home};thread (1): MainThread;<module> (find_spark_home.py:1) 7",
+        f"{in_driver};start_session (/z/lakeprep_jobs/common.py:5) 120",
+        f"{in_driver};run_stage (/z/lakeprep_jobs/common.py:134);run (/z/lakeprep_jobs/sample.py:40);"
+        "collect (/p/py4j/java_gateway.py:1) 300",
+        f"{in_driver};import (json.py:1) 30",
+    ]
+    samples = tmp_path / "py-spy.txt"
+    samples.write_text("\n".join(lines) + "\n")
+    got = day_profile.classify(samples)
+    assert got["phases"] == {"session_start": 120, "other": 30}
+    assert got["stages"] == {"sample": {"jvm": 300}}
+    assert got["waits"]["sample"] == [("sample.py:40 run", 300)]
+
+
+def _run_wrapper(tmp_path, command):
+    out = tmp_path / "driver_start.json"
+    argv = [sys.executable, "-m", "benchmarks.driver_start", str(out), day_profile.DRIVER_SCRIPT, "0.01"]
+    started = time.monotonic()
+    result = subprocess.run([*argv, *command], cwd=REPO, capture_output=True, text=True, timeout=60)
+    written = json.loads(out.read_text())
+    assert written["returncode"] == result.returncode  # py-spy exits 0 whatever its command did
+    return result, written["driver_after_s"], time.monotonic() - started
+
+
+def test_the_wrapper_times_the_launcher_until_a_descendant_runs_the_driver_script(tmp_path):
+    # A launcher (bash) that takes 0.4 s, then a grandchild Python running a file named
+    # like the driver, as spark-submit's JVM starts it; the exit code passes through.
+    driver = tmp_path / day_profile.DRIVER_SCRIPT
+    driver.parent.mkdir(parents=True)
+    driver.write_text("import sys, time; time.sleep(0.3); sys.exit(3)\n")
+    launcher = f"sleep 0.4; {sys.executable} {driver}; exit $?"
+    result, after, wall = _run_wrapper(tmp_path, ["bash", "-c", launcher])
+    assert result.returncode == 3, result.stderr
+    assert 0.4 <= after < 0.4 + 0.5 and after < wall - 0.25  # seen while the driver ran
+
+
+def test_the_wrapper_reports_no_driver_when_none_ran(tmp_path):
+    # Another Python script (spark-submit's find_spark_home.py, say) is not the driver.
+    other = tmp_path / "find_spark_home.py"
+    other.write_text("import time; time.sleep(0.2)\n")
+    result, after, _ = _run_wrapper(tmp_path, ["bash", "-c", f"{sys.executable} {other}"])
+    assert result.returncode == 0, result.stderr
+    assert after is None
 
 
 @pytest.mark.integration
@@ -52,7 +108,10 @@ def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
     for name, sub in profile.items():
         assert list(sub["stages"]) == name.split("+"), name
         assert sub["untagged_jobs"] == 0, name  # every job names its stage
-        assert sub["session_start_s"] > 0 and sub["before_driver_s"] > 0, name
+        # The launcher and the JVM before the driver, timed by the wrapper (a wall clock: a
+        # difference of py-spy's per-process sample counts came out 0 under load).
+        assert sub["session_start_s"] > 0 and 0 < sub["before_driver_s"] < sub["wall_s"], name
+        assert (tmp_path / "logs" / name / "driver_start.json").is_file(), name
         parts = (
             sub["before_driver_s"]
             + sub["session_start_s"]
