@@ -27,6 +27,9 @@ SPARK_MASTER = "local[2]"
 # peak memory is this setting once the data is large enough: export_shards at 16 M rows
 # peaked at 5249 MB with 4 GiB and 3221 MB with 2 GiB, in 125 s and 121 s.
 DRIVER_MEMORY = "2g"
+# What `other_master` puts over the embedded default while a part runs against another
+# Spark master (the standalone cluster of benchmarks.driver_memory).
+_MASTER_ENV: dict[str, str] = {}
 
 
 def put_sources_on_path() -> None:
@@ -55,9 +58,27 @@ def child_env(**extra: str) -> dict[str, str]:
         "LAKEPREP_CACHE_DIR": str(WORK / "cache"),
         # The harness builds commands through the Spark provider, which logs each at INFO.
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        **_MASTER_ENV,
     }
     env.update(extra)
     return env
+
+
+@contextlib.contextmanager
+def other_master(env: dict[str, str]) -> Iterator[None]:
+    """Children, and the commands this process builds for them, use `env` (a Spark
+    connection to another master and what goes with it) instead of local[2] for the block."""
+    saved = {key: os.environ.get(key) for key in (*env, "AIRFLOW_CONN_SPARK_DEFAULT")}
+    _MASTER_ENV.update(env)
+    try:
+        yield
+    finally:
+        _MASTER_ENV.clear()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def use_child_env() -> None:

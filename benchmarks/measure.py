@@ -41,10 +41,15 @@ class Measured:
     max_rss_mb: float
     cpu_s: float = 0.0
     stdout_tail: str = ""
+    # With `watch`: the highest sum of RSS of the watched process's descendants (not the
+    # process itself) while the child ran, e.g. the executors a standalone worker starts.
+    watched_peak_rss_mb: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("stdout_tail")
+        if out["watched_peak_rss_mb"] is None:
+            out.pop("watched_peak_rss_mb")
         return out
 
 
@@ -79,6 +84,15 @@ def _shares_parent_memory(ppid: int, rss: int, vms: int, sizes: dict[int, tuple[
     return parent is not None and vms == parent[2] and abs(rss - parent[1]) <= 0.05 * parent[1]
 
 
+def _descendants_rss(proc: psutil.Process) -> int:
+    """Sum of RSS of `proc`'s children's trees, `proc` itself left out."""
+    try:
+        children = proc.children()
+    except psutil.Error:
+        return 0
+    return sum(_tree_rss(child) for child in children)
+
+
 def _kill_tree(pid: int) -> None:
     try:
         root = psutil.Process(pid)
@@ -94,24 +108,38 @@ def _kill_tree(pid: int) -> None:
 
 
 def run_child(
-    cmd: Sequence[str], *, env: dict[str, str], log: Path, cwd: Path | None = None, timeout_s: float = 7200
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str],
+    log: Path,
+    cwd: Path | None = None,
+    timeout_s: float = 7200,
+    watch: int | None = None,
 ) -> Measured:
-    """Run `cmd`, its output to `log`; raise ChildFailed (with the log tail) on a non-zero exit."""
+    """Run `cmd`, its output to `log`; raise ChildFailed (with the log tail) on a non-zero exit.
+
+    `watch`: the pid of a process outside the child's tree whose descendants the child
+    makes work (a standalone Spark worker's executors): their peak RSS is sampled too.
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     peak = 0
+    watched_peak = 0
     with open(log, "wb") as out:
         start = time.perf_counter()
         popen = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         stop = threading.Event()
 
         def sample() -> None:
-            nonlocal peak
+            nonlocal peak, watched_peak
             try:
                 proc = psutil.Process(popen.pid)
+                watched = None if watch is None else psutil.Process(watch)
             except psutil.Error:
                 return
             while not stop.is_set():
                 peak = max(peak, _tree_rss(proc))
+                if watched is not None:
+                    watched_peak = max(watched_peak, _descendants_rss(watched))
                 stop.wait(SAMPLE_INTERVAL_S)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -143,6 +171,7 @@ def run_child(
         max_rss_mb=round(usage.ru_maxrss / 1024, 1),
         cpu_s=round(usage.ru_utime + usage.ru_stime, 3),
         stdout_tail=tail,
+        watched_peak_rss_mb=None if watch is None else round(watched_peak / 2**20, 1),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -16,6 +17,7 @@ from benchmarks import (
     crossover,
     dag_parse,
     day_profile,
+    driver_memory,
     generate,
     input_pipeline,
     report,
@@ -27,11 +29,11 @@ from benchmarks.measure import child_result, run_child, summary
 
 FULL_ROWS = (1_000_000, 4_000_000, 16_000_000)
 QUICK_ROWS = (20_000,)
-PARTS = ("spark", "input", "parse", "single_node", "passes", "small", "profile", "crossover")
+PARTS = ("spark", "input", "parse", "single_node", "passes", "small", "profile", "crossover", "driver")
 # `spark` runs the fused submissions too, so quick mode leaves `small` (the same code on a
 # 900-row day) out: the smoke check runs every code path once, not every size.
 QUICK_PARTS = ("spark", "input", "parse", "single_node")
-SCALE_PARTS = ("spark", "input", "single_node", "passes", "profile")  # measured at each of --rows
+SCALE_PARTS = ("spark", "input", "single_node", "passes", "profile", "driver")  # measured at each of --rows
 # (e) A demo-sized day (`make demo`'s days hold about 900 flights): start-up against work.
 SMALL_DAY_ROWS = 900
 # pandas holds the whole partition several times over (strings as Python objects): about
@@ -173,6 +175,54 @@ def _spark(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
         "ratio_net_of_startup": summary(net) if net else None,
         "same_row_counts": all(r["same_row_counts"] for r in runs),
         "stages": stages,
+    }
+
+
+def _driver(
+    lake: Path, logs: Path, warmup: int, reps: int, executors: spark_prep.Executors
+) -> dict[str, Any]:
+    """The five stages, the two fused submissions and an empty one on the standalone
+    cluster (benchmarks.driver_memory), the order rotating: each submission's own process
+    tree is its driver, its executor is measured apart."""
+    ds = generate.DS
+    ways = {
+        "stages": lambda rep_logs: spark_prep.run_stages(lake, ds, rep_logs, executors=executors),
+        "fused": lambda rep_logs: spark_prep.run_fused(lake, ds, rep_logs, executors=executors),
+        "empty": lambda rep_logs: spark_prep.run_empty(lake, ds, rep_logs, executors=executors),
+    }
+    runs = _rotate(ways, logs, warmup, reps, "driver")
+    for run in runs:
+        stages = run["stages"].values()
+        run["staged_s"] = round(sum(s["wall_s"] for s in stages), 3)
+        run["staged_driver_peak_rss_mb"] = max(s["peak_rss_mb"] for s in stages)
+        run["staged_executor_peak_rss_mb"] = max(s["executor_peak_rss_mb"] for s in stages)
+        _fused_totals(run)
+        subs = run["fused"]["submissions"].values()
+        run["fused_driver_peak_rss_mb"] = run.pop("fused_peak_rss_mb")
+        run["fused_executor_peak_rss_mb"] = max(sub["executor_peak_rss_mb"] for sub in subs)
+    keys = (
+        "staged_s",
+        "staged_driver_peak_rss_mb",
+        "staged_executor_peak_rss_mb",
+        "fused_s",
+        "fused_driver_peak_rss_mb",
+        "fused_executor_peak_rss_mb",
+    )
+    return {
+        "runs": runs,
+        "master": child_env()["AIRFLOW_CONN_SPARK_DEFAULT"],
+        "executor_conf": list(executors.conf),
+        "empty_driver_peak_rss_mb": summary([r["empty"]["peak_rss_mb"] for r in runs]),
+        "empty_s": summary([r["empty"]["wall_s"] for r in runs]),
+        **{k: summary([r[k] for r in runs]) for k in keys},
+        "same_row_counts": all(r["same_row_counts"] for r in runs),
+        "stages": {
+            st: {
+                "driver_peak_rss_mb": summary([r["stages"][st]["peak_rss_mb"] for r in runs]),
+                "executor_peak_rss_mb": summary([r["stages"][st]["executor_peak_rss_mb"] for r in runs]),
+            }
+            for st in spark_prep.STAGES
+        },
     }
 
 
@@ -469,34 +519,43 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             submissions = day_profile.run(lake, generate.DS, logs / "profile")
         results["small_profile"] = {"data": data, "spark_submit_opts": options, "submissions": submissions}
         save()
-    for rows in args.rows if set(SCALE_PARTS) & set(args.only) else []:
-        lake = WORK / "data" / f"flights-{rows}-s{args.seed}"
-        _log(f"{rows} rows: data in {lake}")
-        scale: dict[str, Any] = {"data": generate.land(lake, rows, args.seed)}
-        scale_logs = logs / f"rows-{rows}"
-        results["scales"][str(rows)] = scale
-        if "spark" in args.only:
-            scale["spark"] = _spark(lake, scale_logs / "spark", args.warmup, args.reps)
-            save()
-        elif "input" in args.only:
-            # The export the readers read, prepared once and not timed: an `--only input` run
-            # measures the readers alone (and, merged, replaces only the input tables).
-            _log("  input: the export, prepared once by the two fused submissions (not timed)")
-            spark_prep.run_fused(lake, generate.DS, scale_logs / "export")
-        if "input" in args.only:
-            manifest = spark_prep.manifest_uri(lake, generate.DS)
-            scale["input"] = _input(manifest, scale_logs / "input", args.warmup, args.reps)
-            save()
-        if "passes" in args.only:
-            scale["passes"] = _passes(lake, scale_logs / "passes")
-            save()
-        if "profile" in args.only:
-            _log("  profile: py-spy + event log of the fused submissions")
-            scale["profile"] = {"submissions": day_profile.run(lake, generate.DS, scale_logs / "profile")}
-            save()
-        if "single_node" in args.only and rows <= args.single_node_max_rows:
-            scale["single_node"] = _single_node(lake, scale_logs / "single_node", args.warmup, args.reps)
-            save()
+    # The standalone cluster of part `driver`: started at its first scale, stopped after the last.
+    with contextlib.ExitStack() as clusters:
+        executors: spark_prep.Executors | None = None
+        for rows in args.rows if set(SCALE_PARTS) & set(args.only) else []:
+            lake = WORK / "data" / f"flights-{rows}-s{args.seed}"
+            _log(f"{rows} rows: data in {lake}")
+            scale: dict[str, Any] = {"data": generate.land(lake, rows, args.seed)}
+            scale_logs = logs / f"rows-{rows}"
+            results["scales"][str(rows)] = scale
+            if "spark" in args.only:
+                scale["spark"] = _spark(lake, scale_logs / "spark", args.warmup, args.reps)
+                save()
+            elif "input" in args.only:
+                # The export the readers read, prepared once and not timed: an `--only input` run
+                # measures the readers alone (and, merged, replaces only the input tables).
+                _log("  input: the export, prepared once by the two fused submissions (not timed)")
+                spark_prep.run_fused(lake, generate.DS, scale_logs / "export")
+            if "input" in args.only:
+                manifest = spark_prep.manifest_uri(lake, generate.DS)
+                scale["input"] = _input(manifest, scale_logs / "input", args.warmup, args.reps)
+                save()
+            if "passes" in args.only:
+                scale["passes"] = _passes(lake, scale_logs / "passes")
+                save()
+            if "profile" in args.only:
+                _log("  profile: py-spy + event log of the fused submissions")
+                scale["profile"] = {"submissions": day_profile.run(lake, generate.DS, scale_logs / "profile")}
+                save()
+            if "single_node" in args.only and rows <= args.single_node_max_rows:
+                scale["single_node"] = _single_node(lake, scale_logs / "single_node", args.warmup, args.reps)
+                save()
+            if "driver" in args.only:
+                if executors is None:
+                    _log("  driver: the standalone cluster (hadoop/cluster.py)")
+                    executors = clusters.enter_context(driver_memory.standalone())
+                scale["driver"] = _driver(lake, scale_logs / "driver", args.warmup, args.reps, executors)
+                save()
     if "crossover" in args.only:
         _log(f"crossover: the row counts where the single-node versions pass {crossover.BUDGET_MB} MB")
         results["crossover"] = _crossover(results, args.crossover_seed, args.seed, logs / "crossover")

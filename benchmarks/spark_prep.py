@@ -15,6 +15,7 @@ command line with another application, so they get the same session settings.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,27 @@ RUN_ID = "bench__run"
 FLOOR_SCRIPT = REPO / "benchmarks" / "jobs" / "floor.py"
 EMPTY_SCRIPT = REPO / "benchmarks" / "jobs" / "empty.py"
 TOP_SITES = 4  # call sites kept per submission from its event log (the passes run)
+
+
+@dataclass(frozen=True)
+class Executors:
+    """Submissions to a cluster whose executors are processes of their own (not the
+    driver's JVM, as in local mode): what each adds to its command (`--conf`), and the
+    worker whose children, the executors, are sampled apart (`executor_peak_rss_mb`)."""
+
+    conf: tuple[str, ...]
+    worker_pid: int
+
+
+def _submit(cmd: list[str], log: Path, executors: Executors | None) -> dict[str, Any]:
+    """Run one submission, measured; with `executors`, its executors' peak memory beside."""
+    if executors is None:
+        return run_child(cmd, env=child_env(), log=log, cwd=REPO).to_json()
+    m = run_child(
+        [cmd[0], *executors.conf, *cmd[1:]], env=child_env(), log=log, cwd=REPO, watch=executors.worker_pid
+    ).to_json()
+    m["executor_peak_rss_mb"] = m.pop("watched_peak_rss_mb")
+    return m
 
 
 def window_for(ds: str, days: int) -> dict[str, list[str]]:
@@ -137,20 +159,23 @@ def _event_log(folder: Path) -> dict[str, Any]:
     }
 
 
-def run_stages(lake: Path, ds: str, logs: Path, events: Path | None = None) -> dict[str, Any]:
+def run_stages(
+    lake: Path, ds: str, logs: Path, events: Path | None = None, executors: Executors | None = None
+) -> dict[str, Any]:
     """One pass of the five stages, in order; per stage its time, memory and row counts.
 
-    With `events`, each submission also writes Spark's event log there (the `--passes` run).
+    With `events`, each submission also writes Spark's event log there (the `--passes` run);
+    with `executors`, it runs on that cluster (`Executors`).
     """
     lake_root = f"file://{lake}"
     out: dict[str, Any] = {}
     for stage in STAGES:
         cmd, output = stage_command(stage, lake_root, ds)
         folder = events / stage if events else None
-        m = run_child(_with_event_log(cmd, folder), env=child_env(), log=logs / f"{stage}.log", cwd=REPO)
+        m = _submit(_with_event_log(cmd, folder), logs / f"{stage}.log", executors)
         report = _report(output)
         out[stage] = {
-            **m.to_json(),
+            **m,
             "rows_in": report.get("rows_in"),
             "rows_out": report.get("rows_out"),
             "rows_quarantined": report.get("rows_quarantined"),
@@ -160,16 +185,17 @@ def run_stages(lake: Path, ds: str, logs: Path, events: Path | None = None) -> d
     return out
 
 
-def run_fused(lake: Path, ds: str, logs: Path, repeat: int = 1) -> dict[str, Any]:
+def run_fused(
+    lake: Path, ds: str, logs: Path, repeat: int = 1, executors: Executors | None = None
+) -> dict[str, Any]:
     """The five stages as the two fused submissions (`spark.fuse_stages`); per submission its
     time and memory, per stage its row counts (from its report, as `run_stages` has them).
-    `repeat`: see `fused_commands`."""
+    `repeat`: see `fused_commands`; `executors`: see `run_stages`."""
     out: dict[str, Any] = {"submissions": {}, "stages": {}}
     for stages, cmd, outputs in fused_commands(f"file://{lake}", ds, repeat):
         name = "+".join(stages)
         suffix = f"-x{repeat}" if repeat > 1 else ""
-        m = run_child(cmd, env=child_env(), log=logs / f"fused-{name}{suffix}.log", cwd=REPO)
-        out["submissions"][name] = m.to_json()
+        out["submissions"][name] = _submit(cmd, logs / f"fused-{name}{suffix}.log", executors)
         for stage, output in zip(stages, outputs, strict=True):
             report = _report(output)
             out["stages"][stage] = {k: report.get(k) for k in ("rows_in", "rows_out", "rows_quarantined")}
@@ -185,9 +211,8 @@ def run_floor(lake: Path, ds: str, logs: Path, events: Path | None = None) -> di
     return out
 
 
-def run_empty(lake: Path, ds: str, logs: Path) -> dict[str, Any]:
-    cmd = empty_command(f"file://{lake}", ds)
-    return run_child(cmd, env=child_env(), log=logs / "empty.log", cwd=REPO).to_json()
+def run_empty(lake: Path, ds: str, logs: Path, executors: Executors | None = None) -> dict[str, Any]:
+    return _submit(empty_command(f"file://{lake}", ds), logs / "empty.log", executors)
 
 
 def manifest_uri(lake: Path, ds: str) -> str:

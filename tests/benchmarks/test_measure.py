@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 
 import psutil
 
-from benchmarks.measure import _shares_parent_memory, _tree_rss
+from benchmarks.measure import _shares_parent_memory, _tree_rss, run_child
 
 
 def test_a_vforked_child_is_not_counted_twice():
@@ -41,3 +42,32 @@ def test_the_tree_sum_includes_children_with_memory_of_their_own():
             c.kill()
         p.kill()
         p.wait()
+
+
+def test_run_child_samples_the_watched_process_descendants_apart(tmp_path):
+    # A "worker" outside the measured child's tree holds 100 MiB itself; while the child
+    # runs, the worker's own child (an "executor") holds 150 MiB. Only the executor counts.
+    executor = "import time; b = bytearray(150 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(30)"
+    worker_code = (
+        "import subprocess, sys, time; b = bytearray(100 * 2**20); b[::4096] = b'x' * len(b[::4096]); "
+        f"open(sys.argv[1], 'w').close(); time.sleep(float(sys.argv[2])); "
+        f"c = subprocess.Popen([sys.executable, '-c', {executor!r}]); time.sleep(30)"
+    )
+    started = tmp_path / "started"
+    worker = subprocess.Popen([sys.executable, "-c", worker_code, str(started), "0.5"])
+    try:
+        deadline = time.monotonic() + 10
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = [sys.executable, "-c", "import time; time.sleep(3)"]
+        m = run_child(child, env=dict(os.environ), log=tmp_path / "child.log", watch=worker.pid)
+        assert 140 < m.watched_peak_rss_mb < 200, m
+        assert m.peak_rss_mb < 100, m  # the child's own tree, not the watched one
+        assert "watched_peak_rss_mb" in m.to_json()
+        plain = run_child([sys.executable, "-c", "pass"], env=dict(os.environ), log=tmp_path / "plain.log")
+        assert "watched_peak_rss_mb" not in plain.to_json()
+    finally:
+        for c in psutil.Process(worker.pid).children(recursive=True):
+            c.kill()
+        worker.kill()
+        worker.wait()

@@ -149,6 +149,7 @@ def test_the_committed_results_render(tmp_path):
     for part, heading in (
         ("spark", "## (a) Preparation against the floor"),
         ("passes", "## (a') What each submission reads and writes"),
+        ("driver", "## (a'') The driver's memory alone"),
         ("input", "## (b) The trainer's input pipeline"),
         ("single_node", "## (d) The same preparation written the obvious way"),
     ):
@@ -174,6 +175,34 @@ def test_scaling_is_compared_only_between_parts_of_one_run():
     }
     (line,) = report._scaling_targets(merged)
     assert "not compared: 1,000,000 rows measured in the run of A, 4,000,000 in the run of B" in line
+
+
+def test_driver_memory_is_judged_on_the_driver_part_beside_the_local_mode_figures():
+    def driver(staged: float, fused: float) -> dict:
+        return {
+            "staged_driver_peak_rss_mb": {"median": staged},
+            "fused_driver_peak_rss_mb": {"median": fused},
+        }
+
+    def local(staged: float) -> dict:
+        return {"staged_peak_rss_mb": {"median": staged}}
+
+    results = {
+        "started": "A",
+        "scales": {
+            "1000000": {"spark": local(1600), "driver": driver(1000, 1200)},
+            "4000000": {"spark": local(2600), "driver": driver(1100, 1600)},
+        },
+    }
+    lines = report._scaling_targets(results)
+    assert len(lines) == 3
+    local_row = "staged peak memory flat (local mode: driver and executor in one JVM) (4 M / 1 M rows"
+    assert local_row in lines[0]
+    assert lines[0].endswith("| 1.62x (1600 -> 2600 MB) | **missed** |")
+    assert "staged driver memory flat (client mode on a standalone cluster" in lines[1]
+    assert lines[1].endswith("| 1.10x (1000 -> 1100 MB) | met |")
+    assert "fused driver memory flat" in lines[2]
+    assert lines[2].endswith("| 1.33x (1200 -> 1600 MB) | **missed** |")
 
 
 def test_a_second_run_on_the_same_work_folder_is_refused_naming_the_first(tmp_path):
