@@ -196,9 +196,9 @@ def test_driver_memory_is_judged_on_the_driver_part_beside_the_local_mode_figure
     }
     lines = report._scaling_targets(results)
     assert len(lines) == 3
-    local_row = "staged peak memory flat (local mode: driver and executor in one JVM) (4 M / 1 M rows"
-    assert local_row in lines[0]
-    assert lines[0].endswith("| 1.62x (1600 -> 2600 MB) | **missed** |")
+    # In local mode the executor's buffers count too: shown for comparison, not judged.
+    assert "staged peak memory (local mode: driver and executor in one JVM) (4 M / 1 M rows) |" in lines[0]
+    assert lines[0].endswith(f"| 1.62x (1600 -> 2600 MB) | {report.UNJUDGED} |")
     assert "staged driver memory flat (client mode on a standalone cluster" in lines[1]
     assert lines[1].endswith("| 1.10x (1000 -> 1100 MB) | met |")
     assert "fused driver memory flat" in lines[2]
