@@ -82,6 +82,19 @@ def test_the_wrapper_reports_no_driver_when_none_ran(tmp_path):
     assert after is None
 
 
+def test_a_failed_submission_fails_the_profile_naming_its_exit_code(tmp_path):
+    # py-spy exits 0 whatever its command did; the wrapper's record of the exit code is what
+    # fails the profile, before anything reads the (missing) event log or samples.
+    assert day_profile.py_spy() is not None, "py-spy is not installed (requirements-dev.txt)"
+    submit = tmp_path / "spark-submit"
+    submit.write_text("#!/bin/sh\necho 'Error: no such application' >&2\nexit 3\n")
+    submit.chmod(0o755)
+    folder = tmp_path / "profile"
+    folder.mkdir()
+    with pytest.raises(RuntimeError, match=r"the profiled submission failed \(exit code 3\)"):
+        day_profile.profile_submission([str(submit), "app.py"], folder, ("validate",))
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(900)
 def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
