@@ -69,11 +69,13 @@ def other_master(env: dict[str, str]) -> Iterator[None]:
     """Children, and the commands this process builds for them, use `env` (a Spark
     connection to another master and what goes with it) instead of local[2] for the block."""
     saved = {key: os.environ.get(key) for key in (*env, "AIRFLOW_CONN_SPARK_DEFAULT")}
+    outer = dict(_MASTER_ENV)  # nested: the enclosing block's master again after this one
     _MASTER_ENV.update(env)
     try:
         yield
     finally:
         _MASTER_ENV.clear()
+        _MASTER_ENV.update(outer)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -71,3 +71,21 @@ def test_run_child_samples_the_watched_process_descendants_apart(tmp_path):
             c.kill()
         worker.kill()
         worker.wait()
+
+
+def test_another_master_applies_to_the_children_for_its_block_and_nests(monkeypatch):
+    from benchmarks import environment
+
+    monkeypatch.delenv("SPARK_LOCAL_IP", raising=False)
+    key = "AIRFLOW_CONN_SPARK_DEFAULT"
+    default = environment.child_env()[key]
+    assert "local[2]" in default
+    with environment.other_master({key: "spark://127.0.0.1:7077", "SPARK_LOCAL_IP": "127.0.0.1"}):
+        assert environment.child_env()[key] == "spark://127.0.0.1:7077"
+        with environment.other_master({key: "local[1]"}):
+            assert environment.child_env()[key] == "local[1]"
+        # The enclosing block's master again, and what came with it.
+        assert environment.child_env()[key] == "spark://127.0.0.1:7077"
+        assert environment.child_env()["SPARK_LOCAL_IP"] == "127.0.0.1"
+    assert environment.child_env()[key] == default
+    assert "SPARK_LOCAL_IP" not in environment.child_env()
