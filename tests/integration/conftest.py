@@ -10,20 +10,14 @@ from types import ModuleType
 
 import pytest
 
+from benchmarks.driver_memory import cluster_module as load_cluster_module
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_cluster_module() -> ModuleType:
-    """hadoop/ is a tool folder, not a package: load cluster.py by path."""
-    spec = importlib.util.spec_from_file_location("lakeprep_cluster", REPO / "hadoop" / "cluster.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up in sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-cluster_module = _load_cluster_module()
+# hadoop/ is a tool folder, not a package: cluster.py loaded by path, once per process,
+# under the one name the benchmarks' `driver` part uses too.
+cluster_module = load_cluster_module()
 
 
 @pytest.fixture(scope="session")
