@@ -19,7 +19,9 @@ as `array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
   `_quarantine/` with `exact duplicate` or `conflicting duplicate id` as the reason:
   rows in = rows out + rows quarantined.
 - Reference tables are de-duplicated on their join keys and broadcast-joined (left), so
-  a join can never add or lose rows; unmatched rows are counted per table. Their feature
+  a join can never add or lose rows; unmatched rows are counted per table. Each table is
+  read and de-duplicated once (`reference_rows`): the join and the profile's weights use
+  the same rows. Their feature
   columns are profiled into `_stats.json` (validate profiles the raw ones), for drift:
   a joined value is its reference row's, so the profile is taken from each table's rows
   weighted by how many of the day's rows joined them (`reference_weights`; one row per
@@ -75,19 +77,23 @@ def read_reference(spark: SparkSession, ref: dict[str, Any]) -> DataFrame:
     return getattr(reader, ref["format"])(ref["uri"])
 
 
-def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]]) -> DataFrame:
-    """Pure: left-join each reference on its keys (cast to the main table's types).
+def reference_rows(
+    df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]]
+) -> list[tuple[dict[str, Any], DataFrame]]:
+    """Pure: each reference table as `join_reference_rows` joins it to `df`: its keys cast
+    to the types they have in `df` (or in an earlier reference's columns), its declared
+    columns, one row per key, and `_matched__<name>`, true on every row.
 
-    Each reference contributes its declared columns plus `_matched__<name>`, true where a
-    reference row was found. A key listed more than once keeps one row, the same whatever
-    the table's order or partitioning: the smallest by its declared columns in order
-    (nulls first), as serving's `join_references` picks it.
+    A key listed more than once keeps one row, the same whatever the table's order or
+    partitioning: the smallest by its declared columns in order (nulls first), as
+    serving's `join_references` picks it.
     """
     from pyspark.sql import functions as F
 
+    dtypes = dict(df.dtypes)
+    out = []
     for ref, table in refs:
         keys = ref["join_keys"]
-        dtypes = dict(df.dtypes)
         right = table.select(
             # try_cast: an unparseable key in a reference table means "no match" (counted in
             # the report), not a failed day (Spark 4's ANSI cast would raise).
@@ -101,20 +107,37 @@ def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]])
         else:
             right = right.dropDuplicates(keys)
         right = right.withColumn(f"_matched__{ref['name']}", F.lit(True))
-        df = df.join(F.broadcast(right), on=keys, how="left")
+        out.append((ref, right))
+        dtypes.update((name, kind) for name, kind in right.dtypes if name not in keys)
+    return out
+
+
+def join_reference_rows(df: DataFrame, rows: list[tuple[dict[str, Any], DataFrame]]) -> DataFrame:
+    """Pure: left-join each of `reference_rows` on its keys (broadcast), in order."""
+    from pyspark.sql import functions as F
+
+    for ref, right in rows:
+        df = df.join(F.broadcast(right), on=ref["join_keys"], how="left")
     return df
 
 
-def reference_weights(
-    df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]], columns: Sequence[str]
-) -> DataFrame:
-    """Pure: `columns` of the references as `join_references` gives them to `df`'s rows, one
-    row per distinct join key with `_rows`, the number of `df`'s rows with that key.
+def join_references(df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]]) -> DataFrame:
+    """Pure: left-join each reference table on its keys (`reference_rows`): each contributes
+    its declared columns plus `_matched__<name>`, true where a reference row was found."""
+    return join_reference_rows(df, reference_rows(df, refs))
 
-    Each reference's rows stacked (its own columns, the others null); each table's
-    `_rows` sum to `df`'s row count, keys that match nothing (or are null) carry nulls:
-    `stats.partition_stats(..., weight=WEIGHT, rows=<df's rows>)` profiles them as the
-    joined rows. A reference whose keys come from an earlier reference counts the rows
+
+def reference_weights(
+    df: DataFrame, rows: list[tuple[dict[str, Any], DataFrame]], columns: Sequence[str]
+) -> DataFrame:
+    """Pure: `columns` of the references as `join_reference_rows` gives them to `df`'s rows,
+    one row per distinct join key with `_rows`, the number of `df`'s rows with that key.
+
+    `rows` are `reference_rows(df, ...)`: the same de-duplicated tables the partition was
+    joined with. Each reference's rows stacked (its own columns, the others null); each
+    table's `_rows` sum to `df`'s row count, keys that match nothing (or are null) carry
+    nulls: `stats.partition_stats(..., weight=WEIGHT, rows=<df's rows>)` profiles them as
+    the joined rows. A reference whose keys come from an earlier reference counts the rows
     joined with those first.
     """
     import functools
@@ -122,14 +145,14 @@ def reference_weights(
     from pyspark.sql import functions as F
 
     tables = []
-    for i, (ref, table) in enumerate(refs):
+    for i, (ref, right) in enumerate(rows):
         own = [c["name"] for c in ref["columns"] if c["name"] in columns]
         if not own:
             continue
         keys = ref["join_keys"]
-        rows = df if all(k in df.columns for k in keys) else join_references(df, refs[:i])
-        counted = rows.groupBy(*keys).agg(F.count(F.lit(1)).alias(WEIGHT))
-        tables.append(join_references(counted, [(ref, table)]).select(*own, WEIGHT))
+        keyed = df if all(k in df.columns for k in keys) else join_reference_rows(df, rows[:i])
+        counted = keyed.groupBy(*keys).agg(F.count(F.lit(1)).alias(WEIGHT))
+        tables.append(join_reference_rows(counted, [(ref, right)]).select(*own, WEIGHT))
     return functools.reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), tables)
 
 
@@ -300,13 +323,18 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
     if kept is not None:
         # Counted, then written as the partition and its quarantine: joined with `kept` once.
         flagged = flagged.cache()
-    refs = [(ref, read_reference(spark, ref)) for ref in p.references]
+    # Each reference table read and de-duplicated once: with statistics, the partition's join
+    # and the weights below use the same rows (small, cached); without, there is one use.
+    refs = [
+        (ref, rows.cache() if p.stats_kinds else rows)
+        for ref, rows in reference_rows(flagged, [(ref, read_reference(spark, ref)) for ref in p.references])
+    ]
     # Joined before the duplicates are set aside: a left join of de-duplicated keys keeps
     # every row, so the counts of the kept rows, their matches and the reasons are one
     # aggregation, observed while the partition is written (no pass of its own; the
     # written rows are checked against the Parquet footers).
     observed = Observation()
-    flagged_joined = join_references(flagged, refs).observe(observed, *report_counts(p))
+    flagged_joined = join_reference_rows(flagged, refs).observe(observed, *report_counts(p))
     joined = flagged_joined.filter(F.col(REASON).isNull()).drop(REASON)
     with common.PartitionCommit(spark, output) as staging:
         common.write_parquet(clean_features(joined, p), staging)
@@ -347,6 +375,8 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
             )
         common.write_report(spark, staging, report)
         common.write_success(spark, staging)
+    for _, rows in refs:
+        rows.unpersist()
     if kept is not None:
         flagged.unpersist()
         kept.unpersist()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Iterator
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
@@ -163,6 +165,62 @@ def test_reference_features_are_profiled_for_drift(spark, tmp_path):
     # 4 kept rows: temp 10 (a, d), 20 (b), none for c (hour 7 has no weather).
     assert doc["columns"]["temp"]["count"] == 3 and doc["columns"]["temp"]["nulls"] == 1
     assert doc["columns"]["temp"]["max"] == 20.0
+
+
+@contextlib.contextmanager
+def scans_of(spark, file_format: str, location: str) -> Iterator[Callable[[], int]]:
+    """Within the block, the SQL executions are recorded with their scans' locations in
+    full; the callable gives the rows that `file_format` scans of `location` returned in
+    them (Spark's SQL status store, as the UI's SQL tab reads it)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+    store = spark._jsparkSession.sharedState().statusStore()
+    listed = store.executionsList()
+    after = max([listed.apply(i).executionId() for i in range(listed.size())], default=-1)
+    # A scan's location is cut to 100 characters in its plan's description by default.
+    setting, before = "spark.sql.maxMetadataStringLength", spark.conf.get("spark.sql.maxMetadataStringLength")
+    spark.conf.set(setting, "100000")
+
+    def rows() -> int:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty()
+        executions = store.executionsList()
+        total = 0
+        for i in range(executions.size()):
+            execution_id = executions.apply(i).executionId()
+            if execution_id <= after:
+                continue
+            values = store.executionMetrics(execution_id)
+            nodes = store.planGraph(execution_id).allNodes()
+            # A query over a cached table shows the cached plan's scan again, with the same
+            # metric (0 when the cache answered): a metric counts once per execution.
+            counted: dict[int, int] = {}
+            for j in range(nodes.size()):
+                node = nodes.apply(j)
+                if node.name().strip() != f"Scan {file_format}" or location not in node.desc():
+                    continue
+                metrics = node.metrics()
+                for k in range(metrics.size()):
+                    metric = metrics.apply(k)
+                    value = values.get(metric.accumulatorId())
+                    if metric.name() == "number of output rows" and value.isDefined():
+                        counted[metric.accumulatorId()] = int(value.get().replace(",", ""))
+            total += sum(counted.values())
+        return total
+
+    try:
+        yield rows
+    finally:
+        spark.conf.set(setting, before)
+
+
+def test_each_reference_table_is_read_once_for_the_join_and_the_profile(spark, tmp_path):
+    """The profile's weights join the same de-duplicated reference rows as the partition."""
+    src, ref_uri = land(spark, tmp_path)
+    with scans_of(spark, "csv", str(tmp_path / "reference" / "weather")) as weather_rows:
+        report = preprocess.run(
+            spark, [src], f"file://{tmp_path}/out", params(ref_uri, stats_kinds={"temp": "numeric"})
+        )
+    assert report["rows_out"] == 4 and (tmp_path / "out" / "_stats.json").exists()
+    assert weather_rows() == 3  # WEATHER_CSV's rows, once
 
 
 def test_the_profile_of_reference_columns_is_the_profile_of_the_joined_rows(spark, tmp_path):
