@@ -74,13 +74,11 @@ TRAIN_FORM_SECTION = "training"
 
 # The JSON Schema draft the trigger form's Params declare. Airflow resolves a Param with
 # `jsonschema.validate`, which first checks the schema against its draft's metaschema
-# (airflow/sdk/definitions/param.py `Param.resolve`), and the DAG processor resolves every
-# Param twice for each task it serializes, each task carrying a copy of the DAG's params
-# (serialized_objects.py `_is_excluded` compares them, `serialize` prints them): about
-# 2,100 resolves for 20 specs. Checked against Draft 7's metaschema a resolve costs about a
-# fifth of one against 2020-12's, the default (66 against 338 us here), and the form's
-# keywords mean the same in both drafts (`DRAFT7_SAME_KEYWORDS`). The UI's form reads only
-# the keywords it renders (type, enum, bounds, format, title, section), so it is unchanged.
+# (airflow/sdk/definitions/param.py `Param.resolve`). Checked against Draft 7's metaschema a
+# resolve costs about a fifth of one against 2020-12's, the default (66 against 338 us
+# here), and the form's keywords mean the same in both drafts (`DRAFT7_SAME_KEYWORDS`). The
+# UI's form reads only the keywords it renders (type, enum, bounds, format, title,
+# section), so it is unchanged.
 PARAM_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
 # Keywords whose meaning Draft 7 and 2020-12 share (2020-12 moved `items` as a list to
 # `prefixItems` and `definitions` to `$defs`, dropped `dependencies`, added `unevaluated*`).
@@ -180,6 +178,23 @@ def build_dags(spec: DatasetSpec) -> list[DAG]:
     return [build_dag(spec), build_train_dag(spec)]
 
 
+def with_params(dag: DAG, params: dict[str, Param]) -> DAG:
+    """`dag` with its trigger-form `params`, declared once its tasks exist.
+
+    A task built inside a DAG that already has params gets a deep copy of them for each
+    class of its hierarchy (`BaseOperator`'s `apply_defaults`), and the DAG processor
+    resolves each task's copy twice when it serializes the task (serialized_objects.py
+    `_is_excluded` compares them, `serialize` prints them; apache/airflow#32434): for 20
+    specs about 2,100 schema checks, half the parse (benchmarks/RESULTS.md, section (c)).
+    Declared after the tasks, the params live on the DAG alone; a task still sees them at
+    run time, where Airflow merges the DAG's params, the task's (none) and the run's conf
+    (`process_params`), and the trigger form, the conf check and the scheduler read the
+    DAG's. Setting them runs the DAG's own checks (a scheduled DAG's params must resolve).
+    """
+    dag.params = params
+    return dag
+
+
 def build_dag(spec: DatasetSpec) -> DAG:
     overrides = override_templates()
     source = spec.source
@@ -199,7 +214,6 @@ def build_dag(spec: DatasetSpec) -> DAG:
             "retries": spec.data["tasks"]["retries"],
             "retry_delay": timedelta(seconds=spec.data["tasks"]["retry_delay_seconds"]),
         },
-        params=trigger_params(spec),
         tags=["lakeprep", spec.name],
     ) as dag:
         wait = PartitionSensor(
@@ -244,7 +258,7 @@ def build_dag(spec: DatasetSpec) -> DAG:
         # summary.md and report.html (the run page's Report tab): docs/OPERATIONS.md#run-report.
         report = RunReportOperator(task_id="write_report", spec_path=spec_path, overrides=overrides)
         chain(wait, *daily, wait_window, drift, *window, handoff, report)
-    return dag
+    return with_params(dag, trigger_params(spec))
 
 
 def _spark_tasks(
@@ -307,7 +321,6 @@ def build_train_dag(spec: DatasetSpec) -> DAG:
             "retries": spec.data["tasks"]["retries"],
             "retry_delay": timedelta(seconds=spec.data["tasks"]["retry_delay_seconds"]),
         },
-        params=params,
         user_defined_macros={PARTITION_MACRO: functools.partial(partition_to_train, asset=asset)},
         tags=["lakeprep", spec.name, "train"],
     ) as dag:
@@ -318,7 +331,7 @@ def build_train_dag(spec: DatasetSpec) -> DAG:
             run_ds=TRAIN_RUN_DS_TEMPLATE,
             overrides=override_templates(TRAIN_FORM_SECTION),
         )
-    return dag
+    return with_params(dag, params)
 
 
 def _train_doc(spec: DatasetSpec, asset_name: str) -> str:

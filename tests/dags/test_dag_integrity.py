@@ -380,3 +380,24 @@ def test_trigger_form_survives_serialization(dagbag):
         for name in dag.params:
             assert served.params.get_param(name).schema == dag.params.get_param(name).schema
         assert served.params.validate() == {k: dag.params[k] for k in dag.params}
+
+
+def test_the_form_params_live_on_the_dag_and_every_task_sees_them_at_run_time(dagbag):
+    """No task carries a copy of the DAG's params (each copy costs the DAG processor two
+    schema checks a param when it serializes the task); Airflow's run-time merge gives each
+    task the DAG's params with the run's conf applied."""
+    from airflow.sdk.definitions.param import process_params
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    for dag_id, conf in (("lakeprep_flights", {"seed": 3}), ("lakeprep_flights_train", {"epochs": 2})):
+        dag = dagbag.dags[dag_id]
+        defaults = {k: dag.params[k] for k in dag.params}
+        assert len(defaults) >= 3 and set(conf) < set(defaults)
+        serialized = DagSerialization.to_dict(dag)["dag"]
+        assert [name for name, _ in serialized["params"]] == list(defaults)
+        tasks = {t["__var"]["task_id"]: t["__var"] for t in serialized["tasks"]}
+        for task in dag.tasks:
+            assert not task.params and "params" not in tasks[task.task_id], task.task_id
+            assert process_params(dag, task, conf, suppress_exception=False) == {**defaults, **conf}
+        with pytest.raises(Exception, match="seed|epochs"):
+            process_params(dag, dag.tasks[0], {next(iter(conf)): -1}, suppress_exception=False)
