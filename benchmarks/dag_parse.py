@@ -13,7 +13,8 @@ reports that wall time (`processor_s`), the child's CPU time (`cpu_s`, user + sy
 steadier than wall time on a loaded machine) and, from inside the child, the DagBag's own
 `FileLoadStat.duration` (`dagbag_s`, what `airflow dags report` prints) and the
 serialization time. The lakeprep modules are not in the parent (the manager does not
-import them either), so every child imports them again, as in production.
+import them either), so every child imports them again, as in production (from the
+bytecode the warm-up child wrote, as Python does by default: `probe`).
 
 `gc_full_s` is the child's time in full (generation 2) garbage collections. The manager
 calls `gc.freeze()` once before its loop (manager.py `before_run`), so a child's full
@@ -29,6 +30,7 @@ import argparse
 import gc
 import json
 import os
+import sys
 import time
 import traceback
 from collections.abc import Sequence
@@ -120,6 +122,11 @@ def probe(reps: int, warmup: int, dag_file: Path = DAG_FILE) -> list[dict]:
     import structlog
     from airflow.dag_processing.processor import _pre_import_airflow_modules
 
+    # Python's default: an import writes the module's bytecode (`__pycache__`) and later ones
+    # read it, so a DAG processor's children compile lakeprep's modules once, in the first
+    # parse (here the discarded warm-up fork). PYTHONDONTWRITEBYTECODE, where the environment
+    # sets it, would make every parse compile them again (about 23 ms of a parse here).
+    sys.dont_write_bytecode = False
     gc.freeze()  # as the manager does before its loop (manager.py `before_run`), before any pre-import
     _pre_import_airflow_modules(str(dag_file), structlog.get_logger())
     runs = []
