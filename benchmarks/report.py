@@ -677,11 +677,13 @@ def _parse_section(results: dict[str, Any]) -> list[str]:
         "in a warm parent, then per repetition a forked child builds `BundleDagBag(file)` and "
         "serializes the DAGs. *Processor* is fork to exit (the manager's `last_duration`), *CPU* the "
         "child's user + system time, *DagBag* its `FileLoadStat.duration`. One warm-up fork "
-        "discarded. The specs are copies of `pipelines/flights.yaml` in `LAKEPREP_PIPELINES_DIR`.",
+        "discarded (it writes the modules' bytecode, which the others read, as Python does by "
+        "default). The specs are copies of `pipelines/flights.yaml` in `LAKEPREP_PIPELINES_DIR`.",
         "",
         "*Airflow floor*: the same DAGs rebuilt from their shape (ids, schedules, trigger-form Params "
         "with their schemas, task ids, edges) with `EmptyOperator`s and nothing of lakeprep "
-        "(`benchmarks/jobs/floor_dags.py`), parsed the same way: what Airflow itself spends on them.",
+        "(`benchmarks/jobs/floor_dags.py`; the Params declared after the tasks, as lakeprep's DAG "
+        "factory declares them), parsed the same way: what Airflow itself spends on them.",
         "",
         "| specs | DAGs | processor (fork to exit) | CPU | DagBag parse | serialization "
         "| Airflow floor: processor | CPU | serialization |",
