@@ -707,11 +707,29 @@ LOG_CONTEXT_KEYS = frozenset(
 )
 
 
+# A PATCH (a run's or a task's new state) that the database rolled back, a deadlock with the
+# scheduler updating the same run's task instances: PostgreSQL aborts one of the two
+# transactions and the api-server answers 500 "Database error" without retrying (the
+# scheduler retries its own side). Setting a state is idempotent, so the client sends it again.
+DB_ERROR_RETRIES = 3
+
+
+def _rolled_back(response: requests.Response) -> bool:
+    if response.status_code != 500:
+        return False
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return False
+    return isinstance(detail, dict) and detail.get("reason") == "Database error"
+
+
 class AirflowClient:
     """A small client for the stack's REST API, logged in like a user.
 
     ``POST /auth/token`` with the username and password gives a JWT; every call then sends
-    it as ``Authorization: Bearer``. A 401 (expired token) logs in again once.
+    it as ``Authorization: Bearer``. A 401 (expired token) logs in again once; a PATCH that
+    the database rolled back (500 "Database error", `_rolled_back`) is sent again.
     """
 
     def __init__(self, base_url: str, username: str, password: str, timeout: float = HTTP_TIMEOUT_S) -> None:
@@ -751,7 +769,12 @@ class AirflowClient:
         return response
 
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self.request(method, path, **kwargs)
+        retries = DB_ERROR_RETRIES if method == "PATCH" else 0
+        for attempt in range(retries + 1):
+            response = self.request(method, path, **kwargs)
+            if response.ok or attempt == retries or not _rolled_back(response):
+                break
+            time.sleep(0.5 * (attempt + 1))
         if not response.ok:
             raise StackError(f"{method} {path} answered {response.status_code}: {response.text[:2000]}")
         return response.json()
