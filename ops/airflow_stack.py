@@ -718,9 +718,10 @@ def _rolled_back(response: requests.Response) -> bool:
     if response.status_code != 500:
         return False
     try:
-        detail = response.json().get("detail")
+        body = response.json()
     except ValueError:
         return False
+    detail = body.get("detail") if isinstance(body, dict) else None
     return isinstance(detail, dict) and detail.get("reason") == "Database error"
 
 

@@ -387,6 +387,7 @@ def test_the_form_params_live_on_the_dag_and_every_task_sees_them_at_run_time(da
     schema checks a param when it serializes the task); Airflow's run-time merge gives each
     task the DAG's params with the run's conf applied."""
     from airflow.sdk.definitions.param import process_params
+    from airflow.sdk.exceptions import ParamValidationError
     from airflow.serialization.serialized_objects import DagSerialization
 
     for dag_id, conf in (("lakeprep_flights", {"seed": 3}), ("lakeprep_flights_train", {"epochs": 2})):
@@ -399,5 +400,5 @@ def test_the_form_params_live_on_the_dag_and_every_task_sees_them_at_run_time(da
         for task in dag.tasks:
             assert not task.params and "params" not in tasks[task.task_id], task.task_id
             assert process_params(dag, task, conf, suppress_exception=False) == {**defaults, **conf}
-        with pytest.raises(Exception, match="seed|epochs"):
+        with pytest.raises(ParamValidationError, match="seed|epochs"):
             process_params(dag, dag.tasks[0], {next(iter(conf)): -1}, suppress_exception=False)
