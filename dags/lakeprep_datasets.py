@@ -1,8 +1,9 @@
 """lakeprep: two DAGs per dataset spec in `pipelines/*.yaml`: `lakeprep_<name>`, `lakeprep_<name>_train`.
 
 Adding a dataset is adding a YAML file; this file only turns specs into DAGs (see
-`lakeprep_airflow.dag_factory`). A broken spec shows up as this file's import error,
-naming the spec file and the field.
+`lakeprep_airflow.dag_factory`). A broken spec breaks its own DAGs only: they stay under
+their ids as stand-ins whose one task fails with the error, naming the spec file and the
+field (docs/SPEC.md#a-broken-spec); the other specs' DAGs load as usual.
 
     wait_for_partition >> validate >> preprocess >> sample            (daily)
         >> wait_for_window >> check_drift >> fit_transform >> export_shards
@@ -29,12 +30,12 @@ import airflow.providers.standard.operators.trigger_dagrun  # noqa: F401
 import airflow.providers.standard.sensors.external_task  # noqa: F401
 import airflow.sdk.bases.sensor  # noqa: F401
 
-from lakeprep_airflow.dag_factory import build_dags
+from lakeprep_airflow.dag_factory import dags_for_spec
 from lakeprep_airflow.locations import cache_dir
-from lakeprep_airflow.spec import discover_specs, load_spec
+from lakeprep_airflow.spec import discover_specs
 
 for _path in discover_specs():
     # Expression checks passed before are not rerun at every parse (`load_spec`); a task
     # that starts and `spec_check` run them all.
-    for _dag in build_dags(load_spec(_path, checks_cache=cache_dir())):
+    for _dag in dags_for_spec(_path, checks_cache=cache_dir()):
         globals()[_dag.dag_id] = _dag

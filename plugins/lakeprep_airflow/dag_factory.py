@@ -11,6 +11,10 @@ window stages another (`fit_and_export`), each one spark-submit (docs/PIPELINE.m
     wait_for_partition >> prepare_day >> wait_for_window >> check_drift >> fit_and_export
         >> gpu_training_handoff >> write_report
 
+A spec that does not load gives stand-ins under the same two ids instead, each one task
+that fails with the spec's error (`dags_for_spec`, docs/SPEC.md#a-broken-spec): the
+other specs' DAGs are unaffected.
+
 The daily stages keep no fitted state, so backfilled days run in parallel; the window
 stages run once per run over the trailing window (docs/PIPELINE.md). `export_shards`
 publishes the dataset's export Asset; the train DAG retrains on an export without
@@ -24,13 +28,17 @@ trigger form's values) are templates rendered in the task.
 from __future__ import annotations
 
 import functools
+import logging
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Param, chain
 
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE
+from lakeprep_airflow.operators.broken_spec import BrokenSpecOperator
 from lakeprep_airflow.operators.drift import DriftCheckOperator
 from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
 from lakeprep_airflow.operators.report import RunReportOperator
@@ -45,9 +53,11 @@ from lakeprep_airflow.retrain import (
 )
 from lakeprep_airflow.sensors.partition import PartitionSensor
 from lakeprep_airflow.sensors.window import WindowSensor
-from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, DatasetSpec, expand
+from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, DatasetSpec, SpecError, expand, load_spec
 from lakeprep_airflow.trigger_guard import refuse_unusable_conf
 from lakeprep_contracts import knobs
+
+log = logging.getLogger(__name__)
 
 # The tasks that run the daily and the window stages when `spark.fuse_stages` is on.
 FUSED_DAILY_TASK = "prepare_day"
@@ -178,6 +188,77 @@ def build_dags(spec: DatasetSpec) -> list[DAG]:
     return [build_dag(spec), build_train_dag(spec)]
 
 
+# The stand-ins of a spec that does not load: their one task, and the tag the UI filters on.
+BROKEN_SPEC_TASK = "refuse_broken_spec"
+BROKEN_SPEC_TAG = "broken_spec"
+# What Airflow accepts in a dag_id (airflow/sdk/definitions/_internal/node.py
+# KEY_REGEX); a spec file's stem may hold more until its name is checked against it.
+_NOT_IN_DAG_ID = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def dags_for_spec(path: Path, *, checks_cache: Path | None = None) -> list[DAG]:
+    """The spec's two DAGs; when it does not load, stand-ins under the same ids that say why.
+
+    The DAG file builds every spec's DAGs in one module, and an exception out of it is an
+    import error of the whole file: Airflow then keeps no DAG of it, so one broken spec
+    would take every dataset's DAGs away. Caught here, a spec's error breaks its own DAGs
+    only (`broken_spec_dags`). Anything raised while building from the spec counts: the
+    SpecError of `load_spec` (naming the file and the field), and what Airflow refuses in
+    what the spec declares (named by the file and Airflow's own message).
+
+    The real DAGs are registered by the DAG file's globals only (`auto_register=False`), so
+    one that failed half-way is not picked up beside its stand-in.
+    """
+    try:
+        dags = build_dags(load_spec(path, checks_cache=checks_cache))
+        for dag in dags:
+            # What the DagBag checks before it takes a DAG (a schedule croniter cannot
+            # read); failing there would be the whole file's import error again
+            # (airflow/dag_processing/dagbag.py `process_file`).
+            dag.validate()
+    except Exception as err:  # one spec's error must not remove the others' DAGs
+        if isinstance(err, SpecError):
+            error = str(err)
+            log.error("lakeprep: %s", error)
+        else:
+            error = f"{path}: Airflow refuses the DAG built from this spec: {type(err).__name__}: {err}"
+            log.exception("lakeprep: %s", error)
+        return broken_spec_dags(path, error)
+    return dags
+
+
+def broken_spec_dags(path: Path, error: str) -> list[DAG]:
+    """Stand-ins for the two DAGs of the spec at `path` (ids from its file name).
+
+    Each keeps its DAG in the UI with its runs, shows `error` as its docs and description,
+    and has one task that fails with it, without retries (`BrokenSpecOperator`). No
+    schedule: no run fails for a day while the file is broken, and once it loads the real
+    DAG continues from its last run (with `catchup`, the missed days too).
+    """
+    name = _NOT_IN_DAG_ID.sub("_", path.stem)
+    return [_stand_in(f"lakeprep_{name}{suffix}", name, path, error) for suffix in ("", "_train")]
+
+
+def _stand_in(dag_id: str, name: str, path: Path, error: str) -> DAG:
+    with DAG(
+        dag_id=dag_id,
+        description=f"broken spec: {' '.join(error.replace(str(path), path.name).split())}"[:200],
+        doc_md=(
+            f"### lakeprep: `{path.name}` does not load\n\nThis DAG stands in for `{dag_id}` until "
+            f"the spec loads again; its one task `{BROKEN_SPEC_TASK}` fails with the error. Check "
+            f"the file with `python -m lakeprep_airflow.spec_check {path}`.\n\n```\n{error}\n```\n"
+        ),
+        schedule=None,
+        catchup=False,
+        max_active_runs=1,
+        default_args={"owner": "lakeprep"},
+        tags=["lakeprep", name, BROKEN_SPEC_TAG],
+        auto_register=False,
+    ) as dag:
+        BrokenSpecOperator(task_id=BROKEN_SPEC_TASK, spec_path=str(path), error=error)
+    return dag
+
+
 def with_params(dag: DAG, params: dict[str, Param]) -> DAG:
     """`dag` with its trigger-form `params`, declared once its tasks exist.
 
@@ -215,6 +296,7 @@ def build_dag(spec: DatasetSpec) -> DAG:
             "retry_delay": timedelta(seconds=spec.data["tasks"]["retry_delay_seconds"]),
         },
         tags=["lakeprep", spec.name],
+        auto_register=False,
     ) as dag:
         wait = PartitionSensor(
             task_id="wait_for_partition",
@@ -323,6 +405,7 @@ def build_train_dag(spec: DatasetSpec) -> DAG:
         },
         user_defined_macros={PARTITION_MACRO: functools.partial(partition_to_train, asset=asset)},
         tags=["lakeprep", spec.name, "train"],
+        auto_register=False,
     ) as dag:
         RetrainHandoffOperator(
             task_id="gpu_training_handoff",

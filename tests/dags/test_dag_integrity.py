@@ -178,19 +178,100 @@ def test_parsing_imports_no_heavy_libraries():
     assert out.stdout.strip().splitlines()[-1:] in ([], [""])
 
 
-def test_a_broken_spec_is_an_import_error_naming_file_and_field(tmp_path, monkeypatch):
+def _bag_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, specs: dict[str, str]):
+    """A DagBag of the DAG file over a pipelines folder holding `specs` (file name -> text)."""
     from airflow.dag_processing.dagbag import DagBag
 
     pipelines = tmp_path / "pipelines"
-    pipelines.mkdir()
-    text = (REPO / "pipelines" / "flights.yaml").read_text().replace("  days: 30", "  days: 0")
-    (pipelines / "flights.yaml").write_text(text)
+    pipelines.mkdir(exist_ok=True)
+    for name, text in specs.items():
+        (pipelines / name).write_text(text)
     shutil.copy(REPO / "dags" / "lakeprep_datasets.py", tmp_path / "lakeprep_datasets.py")
     monkeypatch.setenv("LAKEPREP_PIPELINES_DIR", str(pipelines))
-    bag = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py"))
-    [error] = bag.import_errors.values()
-    assert "flights.yaml" in error
-    assert "window.days: 0 is less than the minimum of 1" in error
+    return DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py"))
+
+
+def _refusal(dag) -> str:
+    """What the stand-in's one task fails with (without retries)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakeprep_airflow.dag_factory import BROKEN_SPEC_TASK
+
+    [task] = dag.tasks
+    assert task.task_id == BROKEN_SPEC_TASK and task.retries == 0
+    with pytest.raises(AirflowFailException) as err:
+        task.execute({})
+    return str(err.value)
+
+
+def test_a_broken_spec_breaks_only_its_own_dags(tmp_path, monkeypatch):
+    """Three good specs and a broken one: the good ones' DAGs all load; the broken one's ids
+    are stand-ins that name the file and the field, and no import error hides the others."""
+    from lakeprep_airflow.dag_factory import BROKEN_SPEC_TAG
+
+    flights = (REPO / "pipelines" / "flights.yaml").read_text()
+    assert "name: flights\n" in flights and "  days: 30" in flights
+    bag = _bag_over(
+        tmp_path,
+        monkeypatch,
+        {
+            "flights.yaml": flights,
+            "penguins.yaml": (REPO / "tests" / "data" / "pipelines" / "penguins.yaml").read_text(),
+            "flights_jfk.yaml": flights.replace("name: flights\n", "name: flights_jfk\n"),
+            "trips.yaml": flights.replace("name: flights\n", "name: trips\n").replace(
+                "  days: 30", "  days: 0"
+            ),
+        },
+    )
+    assert bag.import_errors == {}
+    good = {f"lakeprep_{n}{s}" for n in ("flights", "penguins", "flights_jfk") for s in ("", "_train")}
+    assert set(bag.dag_ids) == good | {"lakeprep_trips", "lakeprep_trips_train"}
+    for dag_id in good:
+        assert BROKEN_SPEC_TAG not in bag.dags[dag_id].tags, dag_id
+    assert set(bag.dags["lakeprep_flights_jfk"].task_ids) == set(CHAIN)
+    for dag_id in ("lakeprep_trips", "lakeprep_trips_train"):
+        dag = bag.dags[dag_id]
+        assert dag.tags >= {"lakeprep", "trips", BROKEN_SPEC_TAG}
+        assert type(dag.timetable).__name__ == "NullTimetable"  # no run fails while the file is broken
+        for shown in (dag.doc_md, dag.description, _refusal(dag)):
+            assert "trips.yaml" in shown, (dag_id, shown)
+            assert "window.days: 0 is less than the minimum of 1" in shown, (dag_id, shown)
+    # What the DAG processor stores and the UI shows: the stand-in survives serialization.
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    served = DagSerialization.from_dict(DagSerialization.to_dict(bag.dags["lakeprep_trips"]))
+    assert "window.days: 0" in served.doc_md
+
+
+def test_a_spec_whose_file_name_is_not_its_name_stands_in_under_the_file_name(tmp_path, monkeypatch):
+    flights = (REPO / "pipelines" / "flights.yaml").read_text()
+    bag = _bag_over(tmp_path, monkeypatch, {"flights.yaml": flights, "my flights.yaml": flights})
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) == {f"lakeprep_{n}{s}" for n in ("flights", "my_flights") for s in ("", "_train")}
+    assert "file name must match name 'flights'" in _refusal(bag.dags["lakeprep_my_flights"])
+    assert set(bag.dags["lakeprep_flights"].task_ids) == set(CHAIN)
+
+
+def test_what_airflow_refuses_in_a_spec_stands_in_too(tmp_path, monkeypatch):
+    """Not only SpecError: what the DAG constructor refuses (a schedule the schema lets
+    through, and Airflow's DagBag checks before it takes the DAG) breaks that spec's DAGs
+    alone, naming the file and the error."""
+    flights = (REPO / "pipelines" / "flights.yaml").read_text()
+    assert 'schedule: "@daily"' in flights
+    bag = _bag_over(
+        tmp_path,
+        monkeypatch,
+        {
+            "flights.yaml": flights,
+            "trips.yaml": flights.replace("name: flights\n", "name: trips\n").replace(
+                'schedule: "@daily"', 'schedule: "every day at noon"'
+            ),
+        },
+    )
+    assert bag.import_errors == {}
+    assert set(bag.dags["lakeprep_flights"].task_ids) == set(CHAIN)
+    refusal = _refusal(bag.dags["lakeprep_trips"])
+    assert "trips.yaml: Airflow refuses the DAG built from this spec: AirflowTimetableInvalid" in refusal
 
 
 def test_spec_can_make_the_sensor_deferrable(tmp_path, monkeypatch):
@@ -302,7 +383,7 @@ def test_a_parse_after_the_first_does_not_check_expressions_again(tmp_path):
     assert _parse_in_a_fresh_process(code, env) == "2 False"  # the next process finds the record
 
 
-def test_a_broken_expression_is_an_import_error_after_good_parses(tmp_path, monkeypatch):
+def test_a_broken_expression_is_refused_after_good_parses(tmp_path, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
     pipelines = tmp_path / "pipelines"
@@ -318,7 +399,9 @@ def test_a_broken_expression_is_an_import_error_after_good_parses(tmp_path, monk
     assert "arr_delay > 15" in text
     spec.write_text(text.replace("arr_delay > 15", "arrival_delay > 15"))
     for _ in range(2):
-        [error] = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py")).import_errors.values()
+        bag = DagBag(dag_folder=str(tmp_path / "lakeprep_datasets.py"))
+        assert bag.import_errors == {}
+        error = _refusal(bag.dags["lakeprep_flights"])
         assert "flights.yaml" in error
         assert "derived.delayed:" in error and "refers to ['arrival_delay']" in error
 
