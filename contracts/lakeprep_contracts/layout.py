@@ -5,6 +5,7 @@
         _SUCCESS                                 complete (written last, inside the commit)
         _lakeprep_report.json                    row accounting and decisions
         _stats.json                              per-partition statistics (validate, preprocess)
+        _fit_statistics.json                     mergeable fit statistics per split (sample)
         _quarantine/                             rejected rows with their reasons (validate)
 
 Readers of a parent folder skip names starting with `_` or `.` (Spark's partition
@@ -16,6 +17,7 @@ from __future__ import annotations
 SUCCESS = "_SUCCESS"
 REPORT = "_lakeprep_report.json"
 STATS = "_stats.json"
+FIT_STATISTICS = "_fit_statistics.json"  # sample: the day's mergeable fit statistics per split
 QUARANTINE_DIR = "_quarantine"
 STAGING_DIR = "_staging"
 TRANSFORM = "transform.json"

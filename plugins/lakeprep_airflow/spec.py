@@ -729,6 +729,16 @@ def column_transforms(spec: DatasetSpec) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def _fit_profile(spec: DatasetSpec) -> dict[str, Any]:
+    """What each sampled day profiles for the window's fit (`_fit_statistics.json`)."""
+    from lakeprep_contracts.day_statistics import profile_of
+
+    fit = spec.stages["fit_transform"]
+    pca = fit.get("pca_components") is not None or fit.get("pca_variance") is not None
+    columns = column_transforms(spec)
+    return profile_of(columns["numeric"], columns["categorical"], columns["text"], cross_products=pca)
+
+
 def _window_params(spec: DatasetSpec, lake_root: str, ds: str, run_id: str) -> dict[str, Any]:
     label = spec.data["label"]
     return {
@@ -764,6 +774,7 @@ def stage_params(
             **spec.stages["sample"],
             "label_classes": spec.data["label"]["classes"],
             "strata": _sample_strata(spec),
+            "fit_profile": _fit_profile(spec),
         }
     if stage == "fit_transform":
         return {

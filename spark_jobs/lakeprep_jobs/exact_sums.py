@@ -30,9 +30,11 @@ not summed (a column with an infinity has an infinite mean).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
+
+from lakeprep_contracts.moments import EMPTY, Moments
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -42,84 +44,6 @@ _LIMB = (1 << _HALF) - 1
 # Rows of one (column, exponent) below which a LONG sum of limbs (< 2**28 each) cannot overflow.
 MAX_GROUP_ROWS = 1 << 35
 _SQUARE_PARTS = ("hh", "hl", "ll")  # hi*hi, hi*lo, lo*lo of |m|
-
-
-@dataclass(frozen=True)
-class Moments:
-    """One column's exact statistics over its non-null, non-NaN values."""
-
-    count: int  # values counted (finite and infinite; nulls and NaN are not)
-    zeros: int
-    positive_infinities: int
-    negative_infinities: int
-    total: Fraction  # exact sum of the finite values
-    squares: Fraction  # exact sum of their squares
-    minimum: float | None
-    maximum: float | None
-
-    @property
-    def mean(self) -> float | None:
-        """The correctly rounded mean; +-inf or NaN when infinities were counted."""
-        if not self.count:
-            return None
-        if self.positive_infinities or self.negative_infinities:
-            return (
-                math.nan
-                if self.positive_infinities and self.negative_infinities
-                else (math.inf if self.positive_infinities else -math.inf)
-            )
-        return _to_float(self.total / self.count)
-
-    @property
-    def variance(self) -> float | None:
-        """The correctly rounded sample variance (n - 1); None below 2 values, NaN with infinities."""
-        if self.count < 2:
-            return None
-        if self.positive_infinities or self.negative_infinities:
-            return math.nan
-        n = self.count
-        return _to_float((n * self.squares - self.total * self.total) / (n * (n - 1)))
-
-    @property
-    def stddev(self) -> float | None:
-        """`sqrt(variance)`: the sample standard deviation, as `stddev_samp`."""
-        v = self.variance
-        return None if v is None else (math.nan if math.isnan(v) else math.sqrt(v))
-
-    @property
-    def non_zeros(self) -> int:
-        return self.count - self.zeros
-
-    def filled(self, rows: int, fill: float) -> Moments:
-        """The moments of the same column over `rows` rows with each missing value (null or
-        NaN: `rows - count` of them) replaced by the finite `fill`, exactly as
-        `exact_moments` would find them over `coalesce(value, fill)`, with no pass over the
-        data: the sums are exact, so adding the fills to them is too."""
-        if rows < self.count:
-            raise ValueError(f"filled: {rows} rows, fewer than the {self.count} values counted")
-        if not math.isfinite(fill):
-            raise ValueError(f"filled: the fill {fill!r} must be finite")
-        missing, exact = rows - self.count, Fraction(fill)
-        if not missing:
-            return self
-        return Moments(
-            count=rows,
-            zeros=self.zeros + (missing if fill == 0 else 0),
-            positive_infinities=self.positive_infinities,
-            negative_infinities=self.negative_infinities,
-            total=self.total + missing * exact,
-            squares=self.squares + missing * exact * exact,
-            minimum=fill if self.minimum is None else min(self.minimum, fill),
-            maximum=fill if self.maximum is None else max(self.maximum, fill),
-        )
-
-
-def _to_float(value: Fraction) -> float:
-    """Correctly rounded; beyond the double range, +-inf (squares of values near 1e308)."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
 
 
 def _limbs(name: str, x: Column) -> list[Column]:
@@ -140,12 +64,26 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
     Each expression is cast to double; nulls and NaN are skipped, as Spark's `mean` skips
     nulls. The result depends only on the multiset of values per name.
     """
+    if not values:
+        return {}
+    grouped = exact_moments_by(df, values, ())
+    return grouped.get((), {name: EMPTY for name in values})
+
+
+def exact_moments_by(
+    df: DataFrame, values: dict[str, Column], by: Sequence[str]
+) -> dict[tuple, dict[str, Moments]]:
+    """`{(group values...): {name: Moments}}`: `exact_moments` per group of the `by`
+    columns, still one Spark job (the groups join the key of the one `groupBy`). A group
+    appears when one of its rows has a value; a name with no value there has empty moments."""
     from pyspark.sql import functions as F
 
     if not values:
         return {}
     names = list(values)
+    by = list(by)
     stacked = df.select(
+        *by,
         F.explode(
             F.array(
                 *[
@@ -153,8 +91,8 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
                     for i, n in enumerate(names)
                 ]
             )
-        ).alias("e")
-    ).select(F.col("e.k").alias("k"), F.col("e.v").alias("v"))
+        ).alias("e"),
+    ).select(*by, F.col("e.k").alias("k"), F.col("e.v").alias("v"))
     v = F.col("v")
     counted = stacked.where(v.isNotNull() & ~F.isnan(v))
     finite = (F.abs(v) < F.lit(math.inf)) & (v != 0)
@@ -172,8 +110,9 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
     # s = 53 - floor(log2|v|), |v| * 2**s is an integer in [2**52, 2**55) for all three.
     # 2**s is applied in two factors so that neither overflows (s reaches 1128 for
     # subnormals); a power-of-two product is exact.
-    keep = ("k", "kind", "s", "v")
+    keep = (*by, "k", "kind", "s", "v")
     shifted = counted.select(
+        *by,
         "k",
         kind.alias("kind"),
         F.when(finite, F.lit(53) - F.floor(F.log2(F.abs(v))).cast("int")).alias("s"),
@@ -201,7 +140,7 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
     )
     limb_names = [f"{name}_{half}" for name in ("m", *_SQUARE_PARTS) for half in ("h", "l")]
     grouped = (
-        limbed.groupBy("k", "kind", "s")
+        limbed.groupBy(*by, "k", "kind", "s")
         .agg(
             F.count(F.lit(1)).alias("n"),
             *[F.sum(name).alias(name) for name in limb_names],
@@ -210,21 +149,10 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
         )
         .collect()
     )
-    acc = {
-        i: {
-            "count": 0,
-            "zeros": 0,
-            "+inf": 0,
-            "-inf": 0,
-            "total": Fraction(0),
-            "squares": Fraction(0),
-            "min": None,
-            "max": None,
-        }
-        for i in range(len(names))
-    }
+    acc: dict[tuple, dict[int, dict[str, Any]]] = {}
     for row in grouped:
-        a = acc[row["k"]]
+        group = tuple(row[c] for c in by)
+        a = acc.setdefault(group, {}).setdefault(row["k"], _empty_sums())
         a["count"] += row["n"]
         if row["kind"] == "zero":
             a["zeros"] += row["n"]
@@ -247,15 +175,32 @@ def exact_moments(df: DataFrame, values: dict[str, Column]) -> dict[str, Moments
             if row[bound] is not None:
                 a[bound] = row[bound] if a[bound] is None else pick(a[bound], row[bound])
     return {
-        name: Moments(
-            count=a["count"],
-            zeros=a["zeros"],
-            positive_infinities=a["+inf"],
-            negative_infinities=a["-inf"],
-            total=a["total"],
-            squares=a["squares"],
-            minimum=None if a["min"] is None else float(a["min"]),
-            maximum=None if a["max"] is None else float(a["max"]),
-        )
-        for name, a in ((names[i], acc[i]) for i in range(len(names)))
+        group: {names[i]: _moments(sums.get(i, _empty_sums())) for i in range(len(names))}
+        for group, sums in acc.items()
     }
+
+
+def _empty_sums() -> dict[str, Any]:
+    return {
+        "count": 0,
+        "zeros": 0,
+        "+inf": 0,
+        "-inf": 0,
+        "total": Fraction(0),
+        "squares": Fraction(0),
+        "min": None,
+        "max": None,
+    }
+
+
+def _moments(a: dict[str, Any]) -> Moments:
+    return Moments(
+        count=a["count"],
+        zeros=a["zeros"],
+        positive_infinities=a["+inf"],
+        negative_infinities=a["-inf"],
+        total=a["total"],
+        squares=a["squares"],
+        minimum=None if a["min"] is None else float(a["min"]),
+        maximum=None if a["max"] is None else float(a["max"]),
+    )

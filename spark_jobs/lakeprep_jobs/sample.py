@@ -38,11 +38,13 @@ more aggregation, for the counts per class.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
 from lakeprep_jobs import common, exact
+from lakeprep_jobs.fit_statistics import split_statistics
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -64,6 +66,9 @@ class SampleParams:
     )
     stratify_splits: bool = False
     strata: list[str] | None = None  # columns of the prepared rows; None: the label
+    # What the day's `_fit_statistics.json` profiles (`lakeprep_contracts.window_fit.profile`,
+    # from the spec's features); None: no statistics (a sample run on its own).
+    fit_profile: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -295,6 +300,15 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
                 "splits": {s: {str(c): after.get((s, str(c)), 0) for c in p.label_classes} for s in SPLITS},
                 "strata": strata_report(p, plan, kept),
             }
+            if p.fit_profile is not None:
+                # The window's fit merges these instead of reading the day again (fit_statistics.py).
+                rows = spark.read.schema(sampled.schema).parquet(staging)
+                statistics = split_statistics(rows, p.fit_profile, p.label_classes)
+                common.write_text(
+                    spark,
+                    layout.join(staging, layout.FIT_STATISTICS),
+                    json.dumps(statistics, sort_keys=True, separators=(",", ":"), allow_nan=False),
+                )
             common.write_report(spark, staging, report)
     finally:
         if p.stratify_splits:

@@ -428,9 +428,9 @@ def test_selection_and_pca_knobs_are_checked_before_spark_starts(knobs, message)
         fit_params(**knobs)
 
 
-def test_pca_beyond_sparks_covariance_limit_is_refused_before_spark_starts():
+def test_pca_beyond_the_per_day_cross_products_limit_is_refused_before_spark_starts():
     columns = [num(f"x{i}") for i in range(fit_transform.PCA_MAX_COLUMNS + 1)]
-    with pytest.raises(ValueError, match="PCA over 65536 numerics: .* refuses more than 65535 columns"):
+    with pytest.raises(ValueError, match="PCA over 65 numerics: .* more than 64 inputs are refused"):
         fit_params(numeric=columns, pca_components=2)
     fit_transform.check_pca_size(fit_transform.PCA_MAX_COLUMNS)  # the limit itself is allowed
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from lakeprep_contracts import layout, window_fit
 from lakeprep_jobs import common
 from lakeprep_jobs.export_shards import ExportParams
+from lakeprep_jobs.fit_statistics import split_statistics
 from lakeprep_jobs.fit_transform import FitParams
 
 # What preprocess + sample write: id, label, features under their spec names, split.
@@ -14,12 +16,24 @@ SAMPLED_SCHEMA = "id string, label int, x double, c string, t array<string>, spl
 DAY_3 = "2013-01-03"
 
 
-def land_day(spark, root: Path, day: str, rows: list[tuple], schema: str = SAMPLED_SCHEMA) -> str:
-    """A sampled partition: Parquet, _SUCCESS and the stage report."""
+def land_day(
+    spark,
+    root: Path,
+    day: str,
+    rows: list[tuple],
+    schema: str = SAMPLED_SCHEMA,
+    params: FitParams | None = None,
+) -> str:
+    """A sampled partition: Parquet, _SUCCESS, the stage report and the day's fit
+    statistics for `params` (default `fit_params()`), as `sample` writes them."""
     part = root / "sample" / f"dt={day}"
-    spark.createDataFrame(rows, schema).repartition(2).write.mode("overwrite").parquet(f"file://{part}")
+    df = spark.createDataFrame(rows, schema)
+    df.repartition(2).write.mode("overwrite").parquet(f"file://{part}")
     assert (part / "_SUCCESS").exists()
     (part / common.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
+    p = params or fit_params()
+    statistics = split_statistics(df, window_fit.profile(p), p.label_classes)
+    (part / layout.FIT_STATISTICS).write_text(json.dumps(statistics, sort_keys=True))
     return f"file://{part}"
 
 
