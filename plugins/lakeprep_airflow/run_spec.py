@@ -2,7 +2,8 @@
 
 Every task takes the same four templated fields (`spec_path`, `lake_root`, `run_ds`,
 `overrides`) and re-reads and re-validates the spec when it starts, so a spec edited
-between parse and run, or a bad trigger-form value, is refused before any work.
+between parse and run, or a bad trigger-form value, is refused before any work, and
+without retries (`SpecRefused`): the same file and values would be refused again.
 `RunSpecMixin` holds them for operators and sensors alike (cooperative: it forwards the
 remaining keyword arguments to the Airflow base class).
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any
+
+from airflow.sdk.exceptions import AirflowFailException
 
 from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.locations import LAKE_ROOT_TEMPLATE, RUN_DS_TEMPLATE, require_lake_root
@@ -34,6 +37,15 @@ def parse_overrides(overrides: dict[str, Any] | None) -> dict[str, Any]:
                 pass
         parsed[key] = value
     return parsed
+
+
+class SpecRefused(AirflowFailException, spec_mod.SpecError):
+    """The run's spec (the file with the trigger form's values) does not validate.
+
+    An AirflowFailException, so the task fails without retries (Airflow's task runner
+    fails one at once, task_runner.py `_run_task_and_map_outcome`), and still a SpecError
+    (a ValueError) naming the file and the field.
+    """
 
 
 class RunSpecMixin:
@@ -65,8 +77,17 @@ class RunSpecMixin:
         self.webhdfs_conn_id = webhdfs_conn_id
 
     def run_spec(self) -> spec_mod.DatasetSpec:
-        """The spec file, re-validated with this run's overrides applied."""
-        return spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
+        """The spec file, re-validated with this run's overrides applied.
+
+        Raises SpecRefused when it does not validate. A file that cannot be read (a
+        volume not mounted yet, a deploy half-way) stays a plain SpecError, retried.
+        """
+        try:
+            return spec_mod.load_spec(self.spec_path).with_overrides(parse_overrides(self.overrides))
+        except spec_mod.SpecError as err:
+            if isinstance(err.__cause__, OSError):
+                raise
+            raise SpecRefused(str(err)) from err
 
     def lake_root_uri(self) -> str:
         return require_lake_root(self.lake_root)

@@ -5,8 +5,10 @@ Every stage is submitted the same way (the Airflow operator builds this argv):
     spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/<stage>.py \
         --input URI [--input URI ...] --output URI --params JSON [--error-file PATH]
 
-`--error-file` (a local path, client mode) receives the stage's own error message when
-it fails, so the Airflow task can fail with it instead of spark-submit's command line.
+`--error-file` (a local path, client mode) receives the stage's own error when it fails,
+as JSON `{"error": "Type: message", "refusal": bool}`, so the Airflow task can fail with
+it instead of spark-submit's command line, and without retries when it is a refusal of
+the input or the parameters (`is_refusal`): running again would refuse again.
 Several stages can share one submission (`lakeprep_jobs.fused`): each gets this same
 argv, error file included, and runs through the same `prepare` and `run_stage`.
 
@@ -24,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import re
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -97,15 +100,36 @@ class StageCall:
     params: Any
 
 
+# Spark's refusals of a value it cannot cast or parse (ANSI mode, Spark 4's default): the
+# error condition in brackets (Spark's error-conditions.json), or the Java exception in
+# the text of a JVM error pyspark did not convert (Py4JJavaError), `Caused by:` included.
+_DATA_ERROR = re.compile(
+    r"\[(CAST_INVALID_INPUT|CAST_OVERFLOW|CAST_OVERFLOW_IN_TABLE_INSERT|CANNOT_PARSE_TIMESTAMP"
+    r"|CANNOT_PARSE_DECIMAL|MALFORMED_RECORD_IN_PARSING)(\.\w+)?\]"
+    r"|java\.lang\.NumberFormatException|java\.time\.format\.DateTimeParseException"
+)
+
+
+def is_refusal(err: BaseException) -> bool:
+    """Whether `err` refuses the stage's input or parameters, so that a retry would refuse again.
+
+    ValueError and TypeError: ContractError, FitError, FooterError, bad `--params`, a bad
+    plan. Spark's errors for data it cannot cast or parse (`_DATA_ERROR`). Anything else
+    (a NameNode or a master that does not answer, a lost executor) is worth a retry.
+    """
+    return isinstance(err, (ValueError, TypeError)) or bool(_DATA_ERROR.search(str(err)))
+
+
 @contextlib.contextmanager
 def failure_recorded(error_file: str | None) -> Iterator[None]:
-    """Write an error's `Type: message` to `error_file` (the operator fails the task with it), re-raise."""
+    """Write an error's `Type: message` and whether it is a refusal to `error_file` (the
+    operator fails the task with it, without retries for a refusal), re-raise."""
     try:
         yield
     except Exception as err:
         if error_file:
             with open(error_file, "w", encoding="utf-8") as f:
-                f.write(f"{type(err).__name__}: {err}")
+                json.dump({"error": f"{type(err).__name__}: {err}", "refusal": is_refusal(err)}, f)
         raise
 
 

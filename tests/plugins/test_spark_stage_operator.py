@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import zipfile
 from pathlib import Path
@@ -16,7 +17,8 @@ FLIGHTS = str(REPO / "pipelines" / "flights.yaml")
 def make_op(stage: str = "sample", **kw) -> SparkStageOperator:
     kw.setdefault("lake_root", "hdfs://nn:8020/lake")
     kw.setdefault("run_ds", "2013-01-02")
-    return SparkStageOperator(task_id=stage, stage=stage, spec_path=FLIGHTS, **kw)
+    kw.setdefault("spec_path", FLIGHTS)
+    return SparkStageOperator(task_id=stage, stage=stage, **kw)
 
 
 def test_stage_argv_is_the_job_contract():
@@ -102,6 +104,154 @@ def test_a_failed_stage_fails_the_task_with_the_stages_own_message(monkeypatch, 
         op.execute({"run_id": "r"})
     assert str(err.value).startswith("stage sample failed: ContractError: partition x: required column(s)")
     assert "Cannot execute" in str(err.value.__cause__)
+
+
+def execute_failing_with(monkeypatch, tmp_path, error: BaseException | None) -> SparkStageOperator:
+    """Execute a `sample` task whose spark-submit exits 1 after the job recorded `error`
+    as every stage does (`lakeprep_jobs.common.failure_recorded`); None: spark-submit dies
+    before the job records anything (a master that does not answer, a killed driver)."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowException
+
+    from lakeprep_jobs import common
+
+    part = tmp_path / "preprocess" / "flights" / "dt=2013-01-02"
+    part.mkdir(parents=True)
+    (part / "_SUCCESS").write_text("")
+    op = make_op(lake_root=f"file://{tmp_path}")
+    monkeypatch.setattr(op, "_check_connection", lambda: None)
+
+    def failing_submit(self, context):
+        if error is not None:
+            error_file = self.application_args[self.application_args.index("--error-file") + 1]
+            with pytest.raises(type(error)), common.failure_recorded(error_file):
+                raise error
+        raise AirflowException("Cannot execute: spark-submit --master local[2] ... Error code is: 1.")
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", failing_submit)
+    op.execute({"run_id": "r"})
+    raise AssertionError("the task did not fail")
+
+
+def _refusals():
+    from lakeprep_jobs import common
+    from lakeprep_jobs.validate import ContractError
+
+    @dataclasses.dataclass(frozen=True)
+    class SampleParams:
+        fraction: float
+
+    try:
+        common.params_from(SampleParams, {"fractoin": 0.5})
+    except ValueError as err:
+        bad_params = err
+    return [
+        ContractError("partition x: required column(s) ['carrier'] missing"),
+        bad_params,
+        TypeError("'<' not supported between instances of 'str' and 'int'"),
+        # A JVM error pyspark does not convert keeps the Java text, `Caused by:` included.
+        Exception(
+            "An error occurred while calling o87.parquet.\n: org.apache.spark.SparkException: Job aborted "
+            "due to stage failure: Task 0 in stage 2.0 failed 4 times\nCaused by: "
+            'java.lang.NumberFormatException: For input string: "12,50"'
+        ),
+        Exception("[CANNOT_PARSE_TIMESTAMP] Text '2013-02-30' could not be parsed. SQLSTATE: 22007"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_a_refusal_of_the_input_or_the_parameters_fails_the_task_without_retries(monkeypatch, tmp_path, case):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakeprep_airflow.operators.spark_stage import StageFailed, StageRefused
+
+    error = _refusals()[case]
+    with pytest.raises(StageRefused) as err:
+        execute_failing_with(monkeypatch, tmp_path, error)
+    # Airflow's task runner fails an AirflowFailException at once, whatever `retries` says.
+    assert isinstance(err.value, AirflowFailException) and isinstance(err.value, StageFailed)
+    assert str(err.value) == f"stage sample failed: {type(error).__name__}: {error}"
+    assert "Cannot execute" in str(err.value.__cause__)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ConnectionError(
+            "Call From worker/10.0.0.5 to namenode:8020 failed on connection exception: "
+            "java.net.ConnectException: Connection refused"
+        ),
+        RuntimeError(
+            "Job aborted due to stage failure: Task 3 in stage 1.0 failed 4 times: ExecutorLostFailure "
+            "(executor 2 exited caused by one of the running tasks) Reason: Container killed"
+        ),
+        OSError("could not rename file:/lake/_staging/dt=2013-01-02-ab12 to file:/lake/dt=2013-01-02"),
+    ],
+    ids=["namenode-down", "executor-lost", "rename"],
+)
+def test_a_fault_of_the_cluster_fails_the_task_for_a_retry(monkeypatch, tmp_path, error):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakeprep_airflow.operators.spark_stage import StageFailed
+
+    with pytest.raises(StageFailed) as err:
+        execute_failing_with(monkeypatch, tmp_path, error)
+    assert not isinstance(err.value, AirflowFailException)
+    assert str(err.value) == f"stage sample failed: {type(error).__name__}: {error}"
+
+
+def test_a_spark_submit_that_dies_without_a_refusal_is_retried(monkeypatch, tmp_path):
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    with pytest.raises(AirflowException, match="Cannot execute: spark-submit") as err:
+        execute_failing_with(monkeypatch, tmp_path, None)
+    assert not isinstance(err.value, AirflowFailException)
+
+
+def test_a_value_spark_cannot_cast_is_a_refusal(spark, monkeypatch, tmp_path):
+    """What Spark itself raises for a bad value under ANSI casts (Spark 4's default), through
+    the job's error file to the task: failed without retries."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([("7",), ("12,50",)], "dep_delay string")
+    try:
+        df.select(F.col("dep_delay").cast("double").cast("int")).collect()
+    except Exception as err:  # pyspark's NumberFormatException, or a Py4JJavaError on older Sparks
+        cast_error = err
+    else:
+        raise AssertionError("Spark cast '12,50' to a number")
+    with pytest.raises(AirflowFailException, match=r"stage sample failed: .*CAST_INVALID_INPUT.*'12,50'"):
+        execute_failing_with(monkeypatch, tmp_path, cast_error)
+
+
+def test_a_spec_refused_at_task_start_fails_without_retries(tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakeprep_airflow.spec import SpecError
+
+    op = make_op(lake_root=f"file://{tmp_path}", overrides={"stages.sample.fraction": "1.5"})
+    with pytest.raises(AirflowFailException, match=r"stages\.sample\.fraction: 1\.5 is greater than") as err:
+        op.execute({"run_id": "r"})
+    assert isinstance(err.value, SpecError)  # still names the file and the field
+    edited = tmp_path / "flights.yaml"
+    edited.write_text(Path(FLIGHTS).read_text().replace("  days: 30", "  days: 0"))
+    op = make_op(lake_root=f"file://{tmp_path}", spec_path=str(edited))
+    with pytest.raises(
+        AirflowFailException, match=r"flights\.yaml: invalid dataset spec:\n  window\.days: 0"
+    ):
+        op.execute({"run_id": "r"})
+
+
+def test_a_spec_file_that_cannot_be_read_is_retried(tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakeprep_airflow.spec import SpecError
+
+    op = make_op(spec_path=str(tmp_path / "not-mounted-yet" / "flights.yaml"))
+    with pytest.raises(SpecError, match="cannot read dataset spec") as err:
+        op.execute({"run_id": "r"})
+    assert not isinstance(err.value, AirflowFailException)
 
 
 def test_operator_conf_overrides_the_spec_conf():
@@ -397,3 +547,16 @@ def test_a_failed_fused_stage_fails_the_task_naming_that_stage(monkeypatch, tmp_
         op.execute({"run_id": "r"})
     assert str(err.value) == "stage preprocess failed: ValueError: no column x"
     assert "Cannot execute" in str(err.value.__cause__)
+
+
+def test_a_refused_fused_stage_fails_the_task_without_retries(monkeypatch, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakeprep_airflow.operators.spark_stage import StageRefused
+
+    refusal = json.dumps({"error": "ContractError: partition x: no rows (empty partition)", "refusal": True})
+    op, _ = fused_execute(monkeypatch, tmp_path, fail_in="validate", message=refusal)
+    with pytest.raises(StageRefused) as err:
+        op.execute({"run_id": "r"})
+    assert isinstance(err.value, AirflowFailException)
+    assert str(err.value) == "stage validate failed: ContractError: partition x: no rows (empty partition)"

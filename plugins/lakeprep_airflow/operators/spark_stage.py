@@ -18,7 +18,11 @@ Window stages (`fit_transform`, `export_shards`) read the days that `wait_for_wi
 decided (its XCom), so both see the same days and the manifest can name the others.
 A failed stage fails the task with the stage's own message first, naming the stage (the
 job writes it to the stage's `--error-file`, a local file in client mode); spark-submit's
-command line and log tail stay in the chained cause.
+command line and log tail stay in the chained cause. When the job says the error refuses
+the input or the parameters (a ContractError, a FitError, bad `--params`, a value Spark
+cannot cast: `lakeprep_jobs.common.is_refusal`), the task fails without retries
+(`StageRefused`); a spark-submit that dies without such a refusal (a NameNode or master
+that does not answer, a lost executor, a killed driver) is retried as usual.
 
 Task logs stay short: Spark logs at the spec's `spark.log_level` (WARN unless asked,
 `spark_jobs/log4j2.properties`), the stage's own lines (`lakeprep <stage>: ...`) at INFO,
@@ -36,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from lakeprep_airflow import jobs_package, lake_fs
 from lakeprep_airflow import spec as spec_mod
@@ -47,6 +51,7 @@ __all__ = [
     "SparkStageOperator",
     "StageCall",
     "StageFailed",
+    "StageRefused",
     "fused_argv",
     "parse_overrides",
     "spark_jvm_conf",
@@ -201,7 +206,34 @@ def _temp_file(prefix: str, suffix: str) -> str:
 
 
 class StageFailed(AirflowException):
-    """A stage's job failed; the message is the job's own error, not spark-submit's."""
+    """A stage's job failed; the message is the job's own error, not spark-submit's. Retried."""
+
+
+class StageRefused(StageFailed, AirflowFailException):
+    """A stage's job refused its input or parameters: the task fails without retries.
+
+    The same partition and parameters give the same refusal; Airflow fails an
+    AirflowFailException at once, whatever `retries` says (task_runner.py
+    `_run_task_and_map_outcome`).
+    """
+
+
+def read_error_file(path: str) -> tuple[str, bool] | None:
+    """The job's error in `path` and whether it is a refusal; None when the job wrote none.
+
+    The job writes `{"error": ..., "refusal": ...}` (`lakeprep_jobs.common.failure_recorded`);
+    any other text is taken as the message of an error worth a retry.
+    """
+    text = Path(path).read_text(encoding="utf-8").strip()
+    if not text:
+        return None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        return text, False
+    if not isinstance(doc, dict) or not isinstance(doc.get("error"), str):
+        return text, False
+    return doc["error"].strip(), doc.get("refusal") is True
 
 
 class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
@@ -358,16 +390,20 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
             return None
         return context["ti"].xcom_pull(task_ids=self.window_task_id)
 
-    def _failure(self) -> str | None:
-        """The failed stage's own message, naming it; else what failed outside the stages."""
+    def _failure(self) -> StageFailed | None:
+        """The failed stage's own error, naming it; else what failed outside the stages.
+
+        StageRefused when the job recorded a refusal of the input or the parameters.
+        """
         for stage, path in self._error_files.items():
-            message = Path(path).read_text(encoding="utf-8").strip()
-            if message:
-                return f"stage {stage} failed: {message}"
-        if self._plan_error_file:
-            message = Path(self._plan_error_file).read_text(encoding="utf-8").strip()
-            if message:
-                return f"stages {', '.join(self.stages)} failed before a stage ran: {message}"
+            if found := read_error_file(path):
+                message, refusal = found
+                return (StageRefused if refusal else StageFailed)(f"stage {stage} failed: {message}")
+        if self._plan_error_file and (found := read_error_file(self._plan_error_file)):
+            message, refusal = found
+            return (StageRefused if refusal else StageFailed)(
+                f"stages {', '.join(self.stages)} failed before a stage ran: {message}"
+            )
         return None
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -384,9 +420,9 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
             try:
                 super().execute(context)
             except AirflowException as err:
-                message = self._failure()
-                if message:
-                    raise StageFailed(message) from err
+                failure = self._failure()
+                if failure:
+                    raise failure from err
                 raise
         finally:
             for path in [*self._error_files.values(), self._plan_error_file]:
