@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import day_profile, event_log, generate
+from tests.conftest import run_command
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def _run_wrapper(tmp_path, command):
     out = tmp_path / "driver_start.json"
     argv = [sys.executable, "-m", "benchmarks.driver_start", str(out), day_profile.DRIVER_SCRIPT, "0.01"]
     started = time.monotonic()
-    result = subprocess.run([*argv, *command], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = run_command([*argv, *command], cwd=REPO, timeout=60, check=False)
     written = json.loads(out.read_text())
     assert written["returncode"] == result.returncode  # py-spy exits 0 whatever its command did
     return result, written["driver_after_s"], time.monotonic() - started
@@ -114,7 +114,7 @@ def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
         "--json",
         str(tmp_path / "profile.json"),
     ]
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    result = run_command(cmd, cwd=REPO, env=env, timeout=900, check=False)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert list(profile) == ["validate+preprocess+sample", "fit_transform+export_shards"]

@@ -20,6 +20,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 from benchmarks import generate, report
+from tests.conftest import run_command
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")
@@ -48,13 +49,12 @@ def test_generated_partition_is_reproducible_with_unique_ids(tmp_path):
 def test_quick_mode_runs_and_writes_well_formed_results(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "LAKEPREP_BENCH_DIR": str(tmp_path / "work")}
-    result = subprocess.run(
+    result = run_command(
         [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out)],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=1800,
+        check=False,
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     results = json.loads((out / "results.json").read_text())
@@ -224,13 +224,12 @@ def test_a_second_run_on_the_same_work_folder_is_refused_naming_the_first(tmp_pa
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        second = subprocess.run(
+        second = run_command(
             [sys.executable, "-m", "benchmarks", "--only", "parse", "--parse-reps", "1"],
             cwd=REPO,
             env=env,
-            capture_output=True,
-            text=True,
             timeout=120,
+            check=False,
         )
         assert second.returncode != 0
         assert f"pid {holder.pid}" in second.stderr and "LAKEPREP_BENCH_DIR" in second.stderr
@@ -239,7 +238,7 @@ def test_a_second_run_on_the_same_work_folder_is_refused_naming_the_first(tmp_pa
         holder.kill()
         holder.wait()
     # Released with the process that held it: the folder is free again.
-    again = subprocess.run(
+    again = run_command(
         [
             sys.executable,
             "-c",
@@ -247,9 +246,8 @@ def test_a_second_run_on_the_same_work_folder_is_refused_naming_the_first(tmp_pa
         ],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
+        check=False,
     )
     assert again.stdout.strip() == "ok", again.stderr
 
@@ -262,13 +260,8 @@ def test_stage_ab_runs_both_versions_of_a_stage_on_the_same_partition(tmp_path):
         ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
     cmd = [sys.executable, "-m", "benchmarks.stage_ab", "--stage", "validate", "--rows", "3000"]
-    result = subprocess.run(
-        [*cmd, "--base", base, "--reps", "1", "--warmup", "0"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    result = run_command(
+        [*cmd, "--base", base, "--reps", "1", "--warmup", "0"], cwd=REPO, env=env, timeout=900, check=False
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     summary = json.loads(result.stdout[result.stdout.index("\n{") :])
@@ -281,9 +274,7 @@ def test_stage_ab_runs_both_versions_of_a_stage_on_the_same_partition(tmp_path):
     assert (work / "stage_ab" / "out" / "validate-before" / "_SUCCESS").is_file()
     assert (work / "stage_ab" / "out" / "validate-after" / "_SUCCESS").is_file()
     # A commit without the stage's module is refused by name, before Spark starts.
-    missing = subprocess.run(
-        [*cmd, "--base", "0000000"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
-    )
+    missing = run_command([*cmd, "--base", "0000000"], cwd=REPO, env=env, timeout=300, check=False)
     assert (
         missing.returncode != 0 and "no spark_jobs/lakeprep_jobs/validate.py at '0000000'" in missing.stderr
     )

@@ -42,6 +42,28 @@ def hdfs_spark_cluster() -> Iterator[dict]:
         cluster_module.down()
 
 
+@pytest.fixture(autouse=True)
+def no_in_process_driver_outlives_a_cluster_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the cluster starts without this process's local Spark session and leaves
+    none connected to the cluster, pass or fail; the next `spark` gets a local one again.
+
+    In-process code under test (the `spark` backend's TorchDistributor driver) builds its
+    session with `getOrCreate`, which would hand it the run's local session instead of one
+    on the cluster's master (and its `stop()` would stop ours). A driver left connected
+    would be taken for the local session by later tests, and the master stops it when
+    it ends or loses the application (issue 31: 179 errors on one worker).
+    """
+    if "hdfs_spark_cluster" not in request.fixturenames:
+        yield
+        return
+    local_spark = request.getfixturevalue("local_spark")
+    local_spark.stop()
+    try:
+        yield
+    finally:
+        local_spark.stop()  # started again, local, by the next test that asks for `spark`
+
+
 def _load_airflow_stack_module() -> ModuleType:
     """ops/ is a tool folder too: load airflow_stack.py by path, like cluster.py."""
     spec = importlib.util.spec_from_file_location("lakeprep_airflow_stack", REPO / "ops" / "airflow_stack.py")

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +38,7 @@ import pytest
 from lakeprep_airflow.dag_factory import FUSED_DAILY_TASK
 from lakeprep_airflow.spec import lake_uri
 from lakeprep_contracts import layout
+from tests.conftest import run_command
 from tests.integration.conftest import BACKFILL_SPEC
 from tests.integration.test_airflow_services import BROKEN_STATES, _log_tails
 
@@ -82,7 +82,7 @@ def _backfill(stack: dict, *extra: str) -> str:
         LAST.isoformat(),
         *extra,
     ]
-    done = subprocess.run(argv, env=_cli_env(stack), capture_output=True, text=True, timeout=300)
+    done = run_command(argv, env=_cli_env(stack), timeout=300, check=False)
     assert done.returncode == 0, f"{' '.join(argv)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout
 

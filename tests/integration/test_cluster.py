@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import urllib.request
 import uuid
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_command
 from tests.integration.conftest import cluster_module
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +115,7 @@ def test_spark_submit_writes_and_reads_parquet_on_hdfs(hdfs_spark_cluster: dict,
     ]
     hdfs = WebHDFSHook().get_conn()
     try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        done = run_command(command, env=env, timeout=300, check=False)
 
         assert done.returncode == 0, done.stderr[-4000:]
         assert "ROWS=1000 BUCKETS=7" in done.stdout

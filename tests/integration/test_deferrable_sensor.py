@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.conftest import AIRFLOW_ENV, VENV_BIN
+from tests.conftest import AIRFLOW_ENV, VENV_BIN, run_command
 
 pytestmark = pytest.mark.integration
 DEFERRING_DAG = "lakeprep_test_deferrable"
@@ -34,7 +34,7 @@ with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2013, 1, 1)):
 def run_dag(tmp_path, dag_id: str, uri: str, timeout: int) -> subprocess.CompletedProcess[str]:
     dag_file = tmp_path / f"{dag_id}.py"
     dag_file.write_text(DAG_FILE.format(dag_id=dag_id, uri=uri, timeout=timeout))
-    return subprocess.run(
+    return run_command(
         [
             str(VENV_BIN / "airflow"),
             "dags",
@@ -45,9 +45,8 @@ def run_dag(tmp_path, dag_id: str, uri: str, timeout: int) -> subprocess.Complet
             str(dag_file),
         ],
         env={**os.environ, **AIRFLOW_ENV, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path)},
-        capture_output=True,
-        text=True,
         timeout=300,
+        check=False,
     )
 
 

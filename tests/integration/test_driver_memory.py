@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_command
 from tests.integration.conftest import cluster_module
 
 pytestmark = pytest.mark.integration
@@ -32,7 +32,7 @@ def test_the_driver_part_samples_each_driver_and_its_executor_apart(hdfs_spark_c
     env = {**os.environ, "LAKEPREP_BENCH_DIR": str(tmp_path / "work")}
     cmd = [sys.executable, "-m", "benchmarks", "--only", "driver", "--rows", str(ROWS)]
     cmd += ["--reps", "1", "--warmup", "0", "--out", str(out)]
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    result = run_command(cmd, cwd=REPO, env=env, timeout=900, check=False)
     assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
     part = json.loads((out / "results.json").read_text())["scales"][str(ROWS)]["driver"]
     port = cluster_module.Ports.from_env().spark_master

@@ -10,7 +10,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from tests.conftest import AIRFLOW_ENV, VENV_BIN
+from tests.conftest import AIRFLOW_ENV, VENV_BIN, describe_command, run_command
 
 pytestmark = pytest.mark.integration
 DAY = "2013-01-01"
@@ -18,17 +18,15 @@ DAY = "2013-01-01"
 
 def airflow(*args: str, lake: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **AIRFLOW_ENV, "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": lake}
-    return subprocess.run(
-        [str(VENV_BIN / "airflow"), *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_command([str(VENV_BIN / "airflow"), *args], env=env, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
 def day_run(airflow_db, demo_lake):
     result = airflow("dags", "test", "lakeprep_flights", DAY, lake=demo_lake)
-    tail = (result.stdout + result.stderr)[-6000:]
-    assert result.returncode == 0, tail
-    assert "state=success" in result.stdout + result.stderr, tail
+    about = describe_command(result.args, f"exit code {result.returncode}", result.stdout, result.stderr)
+    assert result.returncode == 0, about
+    assert "state=success" in result.stdout + result.stderr, about
     return Path(urlparse(demo_lake).path)
 
 

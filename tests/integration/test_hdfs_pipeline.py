@@ -23,7 +23,7 @@ from lakeprep_airflow import lake_fs
 from lakeprep_airflow.demo_data import land_partition
 from lakeprep_airflow.partition_status import LakeUnreachableError
 from lakeprep_airflow.sensors.partition import PartitionSensor
-from tests.conftest import AIRFLOW_ENV, VENV_BIN
+from tests.conftest import AIRFLOW_ENV, VENV_BIN, describe_command, run_command
 from tests.integration.conftest import cluster_module
 
 pytestmark = pytest.mark.integration
@@ -34,21 +34,9 @@ DAY = "2013-01-01"
 def hdfs_lake(hdfs_spark_cluster) -> str:
     """A fresh lake on HDFS, landed by the demo data command: one real day plus references."""
     root = f"hdfs://127.0.0.1:{cluster_module.Ports.from_env().nn_rpc}/lake/it-{uuid.uuid4().hex[:8]}"
-    subprocess.run(
-        [
-            str(VENV_BIN / "python"),
-            "-m",
-            "lakeprep_airflow.demo_data",
-            "--lake",
-            root,
-            "--from",
-            DAY,
-            "--to",
-            DAY,
-        ],
+    run_command(
+        [VENV_BIN / "python", "-m", "lakeprep_airflow.demo_data", "--lake", root, "--from", DAY, "--to", DAY],
         env={**os.environ, **AIRFLOW_ENV, **hdfs_spark_cluster["env"]},
-        check=True,
-        capture_output=True,
         timeout=300,
     )
     return root
@@ -70,15 +58,11 @@ def hdfs_day_run(airflow_db, hdfs_spark_cluster, hdfs_lake) -> str:
         **hdfs_spark_cluster["env"],
         "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": hdfs_lake,
     }
-    result = subprocess.run(
-        [str(VENV_BIN / "airflow"), "dags", "test", "lakeprep_flights", DAY],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
+    result = run_command(
+        [VENV_BIN / "airflow", "dags", "test", "lakeprep_flights", DAY], env=env, timeout=1200
     )
     out = result.stdout + result.stderr
-    assert result.returncode == 0 and "state=success" in out, out[-6000:]
+    assert "state=success" in out, describe_command(result.args, "exit code 0", result.stdout, result.stderr)
     assert "--master spark://127.0.0.1:7077" in out  # the stages really went to the cluster
     return hdfs_lake
 
@@ -264,4 +248,4 @@ def _submit_validate(
         *stage_argv([raw], output, params),
     ]
     env = {**os.environ, **AIRFLOW_ENV, **cluster_env}
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    return run_command(cmd, env=env, timeout=300, check=False)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from lakeprep_airflow.dag_factory import pipeline_tasks
-from tests.conftest import AIRFLOW_ENV, REPO, VENV_BIN
+from tests.conftest import AIRFLOW_ENV, REPO, VENV_BIN, describe_command, run_command
 from tests.data import penguins
 
 pytestmark = pytest.mark.integration
@@ -44,15 +43,13 @@ def run_day(root: Path, day: str) -> str:
         "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": f"file://{root}",
         "LAKEPREP_PIPELINES_DIR": str(REPO / "tests" / "data" / "pipelines"),
     }
-    result = subprocess.run(
+    result = run_command(
         [str(VENV_BIN / "airflow"), "dags", "test", "lakeprep_penguins", day],
         env=env,
-        capture_output=True,
-        text=True,
         timeout=900,
     )
     out = result.stdout + result.stderr
-    assert result.returncode == 0 and "state=success" in out, out[-6000:]
+    assert "state=success" in out, describe_command(result.args, "exit code 0", result.stdout, result.stderr)
     return out
 
 
@@ -122,7 +119,7 @@ def test_the_model_folder_serves_raw_records_with_validates_reasons(penguin_lake
     assert (model / "transform.json").exists() and (model / "model.pt").exists()
     raw = penguin_lake / "raw" / "penguins" / f"dt={DAYS[1]}" / "part-00000.csv"
     out = tmp_path / "predictions.jsonl"
-    result = subprocess.run(
+    result = run_command(
         [
             sys.executable,
             "-m",
@@ -134,10 +131,9 @@ def test_the_model_folder_serves_raw_records_with_validates_reasons(penguin_lake
             "--output",
             str(out),
         ],
-        capture_output=True,
-        text=True,
         timeout=300,
         env={**os.environ, **AIRFLOW_ENV},
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
