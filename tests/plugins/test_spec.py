@@ -158,7 +158,6 @@ def test_reserved_column_names_are_refused(tmp_path):
 @pytest.mark.parametrize("stage", spec_mod.STAGES)
 def test_stage_params_are_accepted_by_the_spark_job(stage):
     """The cross-runtime contract: what the operator sends is what the job's dataclass takes."""
-    import importlib
 
     from lakeprep_contracts import knobs
     from lakeprep_jobs import common
@@ -167,26 +166,18 @@ def test_stage_params_are_accepted_by_the_spark_job(stage):
     params = spec_mod.stage_params(spec, stage, lake_root="file:///lake", ds="2013-01-02", run_id="r1")
     # Every declared knob of the stage reaches the job.
     assert {k.name for k in knobs.KNOBS[stage]} <= set(params)
-    module = importlib.import_module(f"lakeprep_jobs.{stage}")
-    cls = next(
-        obj
-        for obj in vars(module).values()
-        if dataclasses.is_dataclass(obj)
-        and obj.__module__ == module.__name__
-        and obj.__name__.endswith("Params")
-    )
+    cls = params_class(stage)
     built = common.params_from(cls, params)
     assert dataclasses.asdict(built).items() >= params.items()
 
 
-@pytest.mark.parametrize("stage", [*spec_mod.STAGES, "balance"])
-def test_params_dataclass_defaults_are_the_knob_defaults(stage):
-    """A dataclass default that copies a knob's default must stay equal to it (one fact)."""
+def params_class(stage: str) -> type:
+    """The params dataclass a stage's job parses (`STAGE.params_cls`; balance's own)."""
     import importlib
 
-    from lakeprep_contracts import knobs
-
     module = importlib.import_module(f"lakeprep_jobs.{stage}")
+    if hasattr(module, "STAGE"):
+        return module.STAGE.params_cls
     (cls,) = [
         obj
         for obj in vars(module).values()
@@ -194,6 +185,16 @@ def test_params_dataclass_defaults_are_the_knob_defaults(stage):
         and obj.__module__ == module.__name__
         and obj.__name__.endswith("Params")
     ]
+    return cls
+
+
+@pytest.mark.parametrize("stage", [*spec_mod.STAGES, "balance"])
+def test_params_dataclass_defaults_are_the_knob_defaults(stage):
+    """A dataclass default that copies a knob's default must stay equal to it (one fact)."""
+
+    from lakeprep_contracts import knobs
+
+    cls = params_class(stage)
     declared = knobs.defaults(stage)
     for field in dataclasses.fields(cls):
         if field.name not in declared:

@@ -55,8 +55,14 @@ def params(**kw) -> window_fit.FitParams:
 
 
 def day_docs(spark, p, sizes=(300, 250, 280)):
-    frames = [spark.createDataFrame(day(d, n, seed), SCHEMA) for seed, (d, n) in enumerate(zip(DAYS, sizes))]
-    docs = [(d, split_statistics(f, window_fit.profile(p), p.label_classes)) for d, f in zip(DAYS, frames)]
+    frames = [
+        spark.createDataFrame(day(d, n, seed), SCHEMA)
+        for seed, (d, n) in enumerate(zip(DAYS, sizes, strict=True))
+    ]
+    docs = [
+        (d, split_statistics(f, window_fit.profile(p), p.label_classes))
+        for d, f in zip(DAYS, frames, strict=True)
+    ]
     return frames, docs
 
 
@@ -94,7 +100,8 @@ def test_a_merged_fit_of_the_days_equals_the_fit_of_their_union(spark, knobs):
     # ... and in any order of the days.
     assert merged_fit(list(reversed(docs)), p)[0] | {"fitted_on": None} == merged | {"fitted_on": None}
     assert merged["fitted_on"]["rows"] == sum(
-        sum(r[8] == "train" for r in day(d, n, s)) for s, (d, n) in enumerate(zip(DAYS, (300, 250, 280)))
+        sum(r[8] == "train" for r in day(d, n, s))
+        for s, (d, n) in enumerate(zip(DAYS, (300, 250, 280), strict=True))
     )
 
 
