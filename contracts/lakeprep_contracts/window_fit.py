@@ -202,12 +202,9 @@ def imputed(raw: Moments, items: list, rows: int, fill: float, clip: dict | None
     points = [(clipped(v), w) for v, w in items]
     if missing:
         points.append((clipped(fill), missing))
-    # The grids' weights stand for `raw.count` values: the sums need no scaling.
-    weight = sum(w for _, w in points)
+    # The grids' weights add up to `raw.count`, the fills' to the missing: `rows` in all.
     total = sum((Fraction(v) * w for v, w in points), Fraction(0))
     squares = sum((Fraction(v) * Fraction(v) * w for v, w in points), Fraction(0))
-    if weight != rows and weight:
-        total, squares = total * rows / weight, squares * rows / weight
     zeros = sum(w for v, w in points if v == 0)
     values = [v for v, _ in points]
     return Imputed(rows, total, squares, min(values), max(values), int(zeros))
