@@ -188,13 +188,15 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "psi_threshold",
             0.25,
             {"type": "number", "exclusiveMinimum": 0},
-            "population stability index above which a numeric feature drifts",
+            "smallest population stability index that is drift; a numeric's bound is the larger of "
+            "this and what sampling noise reaches (`alpha`)",
         ),
         Knob(
             "jsd_threshold",
             0.1,
             {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-            "Jensen-Shannon distance above which a categorical or text feature drifts",
+            "smallest Jensen-Shannon distance that is drift; a categorical's or text's bound is the "
+            "larger of this and what sampling noise reaches (`alpha`)",
         ),
         Knob(
             "action",
@@ -213,6 +215,26 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             10,
             {"type": "integer", "minimum": 2, "maximum": 100},
             "PSI bins: quantiles of the pooled earlier days",
+        ),
+        Knob(
+            "alpha",
+            0.01,
+            {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5},
+            "share of unchanged features that sampling noise alone may flag: each feature's bounds "
+            "are what its day's and the window's rows give by chance this rarely",
+        ),
+        Knob(
+            "min_effect",
+            0.2,
+            {"type": "number", "exclusiveMinimum": 0},
+            "smallest shift that counts: a numeric's mean in reference standard deviations, a "
+            "value's share as Cohen's h",
+        ),
+        Knob(
+            "min_rows",
+            30,
+            {"type": "integer", "minimum": 1},
+            "rows the day and the window's earlier days each need before a feature is judged",
         ),
     ),
     "fit_transform": (

@@ -62,6 +62,9 @@ class DriftParams:
     action: str = "warn"
     min_reference_days: int = 1
     bins: int = 10
+    alpha: float = 0.01
+    min_effect: float = 0.2
+    min_rows: int = 30
 
     def __post_init__(self) -> None:
         if not _is_number(self.psi_threshold) or self.psi_threshold <= 0:
@@ -74,6 +77,12 @@ class DriftParams:
             raise ValueError(f"min_reference_days {self.min_reference_days!r} must be an integer >= 1")
         if not _is_int(self.bins) or not 2 <= self.bins <= 1000:
             raise ValueError(f"bins {self.bins!r} must be an integer in [2, 1000]")
+        if not _is_number(self.alpha) or not 0 < self.alpha <= 0.5:
+            raise ValueError(f"alpha {self.alpha!r} must be a number in (0, 0.5]")
+        if not _is_number(self.min_effect) or self.min_effect <= 0:
+            raise ValueError(f"min_effect {self.min_effect!r} must be a number > 0")
+        if not _is_int(self.min_rows) or self.min_rows < 1:
+            raise ValueError(f"min_rows {self.min_rows!r} must be an integer >= 1")
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> DriftParams:

@@ -58,6 +58,9 @@ _COLUMN = {
         "raw_name": {"type": "string", "minLength": 1, "maxLength": 1024},
         # Values read as null in this column, replacing `source.null_tokens` ([] = none).
         "null_tokens": {"type": "array", "items": {"type": "string"}},
+        # `ignore`: check_drift records the feature's drift but never flags it (a calendar
+        # feature such as the weekday differs from the earlier days by design).
+        "drift": {"enum": ["judge", "ignore"]},
     },
 }
 DEFAULT_TIME_ZONE = "UTC"
