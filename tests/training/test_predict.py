@@ -73,7 +73,7 @@ def write_model_inputs(root: Path) -> tuple[Path, Path, dict[str, list[str]]]:
         served = serving.serve(str(source), doc, references={"planes": str(planes)})
         assert served.rejected == [] and len(served.accepted) == n
         columns = {"id": pa.array(served.features["id"].tolist(), pa.string())}
-        columns["label"] = pa.array(served.features["label"], pa.int32())
+        columns["label"] = pa.array(served.labels.astype(np.int32), pa.int32())
         for name, values in served.features.items():
             if name.startswith(("num__", "cat__")):
                 columns[name] = pa.array(values)
@@ -83,7 +83,7 @@ def write_model_inputs(root: Path) -> tuple[Path, Path, dict[str, list[str]]]:
         shard.parent.mkdir(parents=True)
         pq.write_table(pa.table(columns), shard)
         data = shard.read_bytes()
-        counts = np.bincount(served.features["label"], minlength=2)
+        counts = np.bincount(served.labels.astype(np.int64), minlength=2)
         counts_by_split[split] = counts
         splits[split] = {
             "rows": n,
@@ -253,6 +253,7 @@ def test_predict_writes_parquet(trained, tmp_path):
         "line",
         "id",
         "label",
+        "label_reason",
         "prediction",
         "probability__0",
         "probability__1",
@@ -261,6 +262,69 @@ def test_predict_writes_parquet(trained, tmp_path):
     assert table.column("reason").to_pylist() == [None] * 5 + ["malformed record"]
     p0, p1 = table.column("probability__0").to_pylist()[:5], table.column("probability__1").to_pylist()[:5]
     assert all(abs(a + b - 1) < 1e-9 for a, b in zip(p0, p1, strict=True))
+
+
+def with_delay(row: str, delay: str) -> str:
+    """A raw row with another arr_delay (the label's source): "" is blank, "NA" a null token."""
+    fields = row.split(",")
+    fields[HEADER.split(",").index("arr_delay")] = delay
+    return ",".join(fields)
+
+
+def test_predict_scores_rows_whose_label_is_blank_from_csv_and_json_lines(trained, tmp_path, capsys):
+    labelled = trained["raw"]["validation"][:3]
+    rows = [*labelled, with_delay(labelled[0], ""), with_delay(labelled[1], "NA")]
+    csv = tmp_path / "score.csv"
+    csv.write_text("\n".join([HEADER, *rows, "2013,1,5"]) + "\n")
+    names = HEADER.split(",")
+    jsonl = tmp_path / "score.jsonl"
+    records = [json.dumps(dict(zip(names, row.split(","), strict=True))) for row in rows]
+    jsonl.write_text("\n".join([*records, '{"year": 2013'] + [""]))
+    outputs = {}
+    for source in (csv, jsonl):
+        output = tmp_path / f"{source.suffix[1:]}.jsonl"
+        args = ["--model", str(trained["model"]), "--input", str(source), "--output", str(output)]
+        assert predict.main([*args, "--reference", f"planes={trained['planes']}"]) == 0
+        err = capsys.readouterr().err
+        assert f"{source}: rows read 6 = accepted 5 + rejected 1" in err
+        assert "accepted rows with a label: 3 of 5" in err and "scored without their label" not in err
+        out = [json.loads(line) for line in output.read_text().splitlines()]
+        assert [r["row"] for r in out] == list(range(6)) and out[5]["reason"] == "malformed record"
+        assert ["label" in r for r in out[:5]] == [True, True, True, False, False]
+        assert not any("reason" in r or "label_reason" in r for r in out[:5])
+        # A row scores the same with its label blank: the label is no feature (a batch's
+        # float32 arithmetic may differ in the last bits from row to row).
+        for blank, same in ((3, 0), (4, 1)):
+            assert out[blank]["prediction"] == out[same]["prediction"]
+            assert out[blank]["probabilities"] == pytest.approx(out[same]["probabilities"], abs=1e-6)
+        outputs[source.suffix] = out
+    # The same records either way (a JSON-lines file has no header line).
+    assert [{**r, "line": r["line"] - 1} for r in outputs[".csv"]] == outputs[".jsonl"]
+
+
+def test_predict_scores_a_row_whose_label_is_not_a_class_and_says_why(trained, tmp_path, capsys):
+    folder = tmp_path / "model"
+    shutil.copytree(trained["model"], folder)
+    doc = json.loads((folder / "transform.json").read_text())
+    (label,) = [d for d in doc["contract"]["validate"]["derived"] if d["name"] == "delayed"]
+    label["expr"] = "CAST(arr_delay > 15 AS INT) * 2"  # a feed whose label coding changed: 0 or 2
+    (folder / "transform.json").write_text(json.dumps(doc))
+    rows = [with_delay(trained["raw"]["validation"][0], d) for d in ("40", "-5", "")]
+    source = tmp_path / "score.csv"
+    source.write_text("\n".join([HEADER, *rows]) + "\n")
+    output = tmp_path / "predictions.parquet"
+    args = ["--model", str(folder), "--input", str(source), "--output", str(output)]
+    assert predict.main([*args, "--reference", f"planes={trained['planes']}"]) == 0
+    err = capsys.readouterr().err
+    assert f"{source}: rows read 3 = accepted 3 + rejected 0" in err
+    assert "accepted rows with a label: 1 of 3" in err
+    assert "scored without their label, by reason: {'label delayed not in [0, 1]': 1}" in err
+    table = pq.read_table(output)
+    assert table.column("label").to_pylist() == [None, 0, None]
+    assert table.column("label_reason").to_pylist() == ["label delayed not in [0, 1]: 2", None, None]
+    assert table.column("reason").to_pylist() == [None] * 3
+    p1 = table.column("probability__1").to_pylist()  # one row, three labels
+    assert p1 == pytest.approx([p1[0]] * 3, abs=1e-6)
 
 
 def test_predict_without_the_reference_names_the_flag(trained, tmp_path, capsys):

@@ -6,12 +6,14 @@ expressions in a session time zone) the test runs Spark on the same input and co
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+from lakeprep_contracts import encode as enc
 from lakeprep_train import serving
 from lakeprep_train import transform as tf
 from tests.training.transform_doc import PREPROCESS, VALIDATE, make_doc
@@ -40,7 +42,7 @@ def test_contract_rejections_carry_validates_reasons_in_order(tmp_path):
         "2013,1,5,UA,1545,1400,20,N1,2013-01-06 03:00:00,Late storm!",  # accepted
         "2013,1,5, B6 ,15,NA,-3,N2,2013-01-06T10:00:00Z,",  # accepted: NA is null
         "2013,1,x,UA,1,1,1,N1,2013-01-01,",  # bad int
-        "2013,1,5,AA,1,1,,N1,2013-01-01,",  # arr_delay null -> label null
+        "2013,1,5,AA,1,1,,N1,2013-01-01,",  # accepted: arr_delay null -> no label
         "2013,1,5,AA,1,inf,3,N1,2013-01-01,",  # non-finite double
         "2013,1,5,AA,1,1",  # too few fields
         "2013,1,5,,1,1,1,N1,2013-01-01,",  # null in a non-nullable string
@@ -52,10 +54,9 @@ def test_contract_rejections_carry_validates_reasons_in_order(tmp_path):
         "2013,1,5,AA,1,1,1,N1,2013-01-01,swallowed",  # one malformed record (multiLine)
     ]
     served = serve_csv(tmp_path, rows)
-    assert served.rows_read == 12 and served.accepted.tolist() == [0, 1]
+    assert served.rows_read == 12 and served.accepted.tolist() == [0, 1, 3]
     assert [(r["row"], r["line"], r["reason"]) for r in served.rejected] == [
         (2, 4, "bad int in day: x"),
-        (3, 5, "null label (delayed)"),
         (4, 6, "non-finite double in distance: inf"),
         (5, 7, "malformed record"),
         (6, 8, "null in carrier"),
@@ -66,9 +67,11 @@ def test_contract_rejections_carry_validates_reasons_in_order(tmp_path):
         (11, 13, "malformed record"),
     ]
     # As in validate, a row that did not type has no derived columns (so no id); one
-    # that typed has them.
-    assert served.rejected[0]["id"] is None
-    assert served.rejected[1]["id"] == "2013-01-05-AA-1"
+    # that typed has them, with or without its label.
+    assert [r["id"] for r in served.rejected] == [None] * 9
+    assert served.features["id"].tolist() == ["2013-01-05-UA-1545", "2013-01-05- B6 -15", "2013-01-05-AA-1"]
+    assert served.labels.tolist()[:2] == [1.0, 0.0] and np.isnan(served.labels[2])
+    assert served.unused_labels == []
     assert served.reason_counts == {
         "bad int in day": 1,
         "bad int in flight": 1,
@@ -76,12 +79,11 @@ def test_contract_rejections_carry_validates_reasons_in_order(tmp_path):
         "malformed record": 2,
         "non-finite double in distance": 2,
         "null in carrier": 2,
-        "null label (delayed)": 1,
     }
     assert served.rows_read == len(served.accepted) + len(served.rejected)
 
 
-def test_bad_values_are_quoted_to_64_characters_and_ids_labels_checked(tmp_path):
+def test_bad_values_are_quoted_to_64_characters_and_labels_checked(tmp_path):
     long_value = "ü" * 70
     rows = [
         f"2013,1,5,AA,1,{long_value},1,N1,2013-01-01,",
@@ -91,7 +93,74 @@ def test_bad_values_are_quoted_to_64_characters_and_ids_labels_checked(tmp_path)
     assert served.rejected[0]["reason"] == f"bad double in distance: {'ü' * 64}"
     validate = {**VALIDATE, "label_classes": [1, 2]}
     served = serve_csv(tmp_path, ["2013,1,5,AA,1,1,1,N1,2013-01-01,"], doc=make_doc(validate=validate))
-    assert served.rejected[0]["reason"] == "label delayed not in [1, 2]: 0"
+    # Scored all the same; the label that is not a class is left out and said why.
+    assert served.rejected == [] and served.accepted.tolist() == [0]
+    assert np.isnan(served.labels).tolist() == [True]
+    assert served.unused_labels == [
+        {"row": 0, "line": 2, "id": "2013-01-05-AA-1", "reason": "label delayed not in [1, 2]: 0"}
+    ]
+    assert served.unused_label_counts == {"label delayed not in [1, 2]": 1}
+
+
+def test_records_with_a_blank_label_are_scored_from_csv_and_json_lines(tmp_path):
+    """The records serving exists for: the label's source present but blank, null or a null token."""
+    planes = {"planes": write(tmp_path, "p.csv", PLANES)}
+    values = {"carrier": "UA", "distance": "1400", "tailnum": "N1", "time_hour": "2013-01-06 03:00:00"}
+    delays = ["", "   ", "NA", None, "20"]  # None: the key absent (JSON) / the value unquoted empty (CSV)
+    csv_rows = [
+        f"2013,1,5,UA,{i},1400,{'' if d is None else d},N1,2013-01-06 03:00:00,storm"
+        for i, d in enumerate(delays)
+    ]
+    csv = write(tmp_path, "in.csv", "\n".join([HEADER, *csv_rows, "2013,1,5,UA,x,1,1,N1,,"]) + "\n")
+    json_rows = []
+    for i, d in enumerate(delays):
+        record = {"year": 2013, "month": 1, "day": 5, "flight": i, **values, "note": "storm"}
+        if d is not None:
+            record["arr_delay"] = d
+        json_rows.append(json.dumps(record))
+    json_rows[2] = json_rows[2].replace('"NA"', "null")  # a JSON null too
+    jsonl = write(tmp_path, "in.jsonl", "\n".join([*json_rows, "{not json"]) + "\n")
+    for source in (csv, jsonl):
+        served = serving.serve(source, make_doc(), references=planes)
+        assert served.rows_read == 6 and served.accepted.tolist() == [0, 1, 2, 3, 4], source
+        assert [r["row"] for r in served.rejected] == [5]
+        assert served.rows_read == len(served.accepted) + len(served.rejected)
+        assert served.labelled and served.unused_labels == []
+        assert np.isnan(served.labels[:4]).all() and served.labels[4] == 1.0
+        assert served.features["id"].tolist() == [f"2013-01-05-UA-{i}" for i in range(5)]
+        # Features do not depend on the label: the unlabelled rows encode as the labelled one.
+        for name, encoded in served.features.items():
+            if name != "id":
+                assert all(np.array_equal(encoded[k], encoded[4]) for k in range(4)), (source, name)
+
+
+def test_a_label_column_of_the_contract_never_rejects_a_row(tmp_path):
+    """A raw label column, even declared non-nullable: blank is no label, a bad value is reported."""
+    validate = {
+        **VALIDATE,
+        "columns": [*VALIDATE["columns"], {"name": "delayed", "type": "int", "nullable": False}],
+        "derived": [d for d in VALIDATE["derived"] if d["name"] != "delayed"],
+    }
+    doc = make_doc(validate=validate)
+    planes = {"planes": write(tmp_path, "p.csv", PLANES)}
+    header = f"{HEADER},delayed"
+    base = "2013,1,5,UA,{},1400,20,N1,2013-01-06 03:00:00,storm,{}"
+    rows = [base.format(i, label) for i, label in enumerate(["1", "", "NA", "x", "2", "0", "inf"])]
+    source = write(tmp_path, "in.csv", "\n".join([header, *rows, "2013,1,x,UA,7,1,1,N1,,,1"]) + "\n")
+    served = serving.serve(source, doc, references=planes)
+    assert served.accepted.tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert [r["reason"] for r in served.rejected] == ["bad int in day: x"]
+    assert np.nan_to_num(served.labels, nan=-1).tolist() == [1, -1, -1, -1, -1, 0, -1]
+    assert [(u["row"], u["line"], u["id"], u["reason"]) for u in served.unused_labels] == [
+        (3, 5, "2013-01-05-UA-3", "bad int in delayed: x"),
+        (4, 6, "2013-01-05-UA-4", "label delayed not in [0, 1]: 2"),
+        (6, 8, "2013-01-05-UA-6", "bad int in delayed: inf"),
+    ]
+    # Without the column at all, the input is unlabelled, not missing a required column.
+    served = serving.serve(
+        write(tmp_path, "nolabel.csv", f"{HEADER}\n{base[:-3]}\n".format(1)), doc, references=planes
+    )
+    assert served.accepted.tolist() == [0] and not served.labelled and served.labels is None
 
 
 def test_invalid_utf8_is_named_before_the_type(tmp_path):
@@ -194,7 +263,7 @@ def test_parquet_and_tables_are_read_through_sparks_string_cast(tmp_path):
         served = serving.serve(source, make_doc(), references={"planes": write(tmp_path, "p.csv", PLANES)})
         assert served.rejected == []
         assert served.features["id"].tolist() == ["2013-01-05-UA-1", "2013-01-05-EV-2"]
-        assert served.features["label"].tolist() == [1, 0]
+        assert served.labels.tolist() == [1.0, 0.0]
 
 
 DERIVED = [
@@ -334,7 +403,7 @@ def test_features_of_served_rows(tmp_path):
     assert f["cat__carrier"].tolist() == [2, 3, 1]
     # Saturday (7) and Sunday (1) in the contract's time zone; no time, no day.
     spec = make_doc()["categorical"][1]
-    assert f["cat__day_of_week"].tolist() == tf.encode_categorical(pa.array(["7", "1", None]), spec).tolist()
+    assert f["cat__day_of_week"].tolist() == enc.encode_categorical(pa.array(["7", "1", None]), spec).tolist()
     assert f["txt__note"].tolist() == [[2, 3, 0], [0, 0, 0], [3, 0, 0]]
     assert (f["txt__plane_model"][2] == 0).all() and (f["txt__plane_model"][0][:3] > 0).all()
 

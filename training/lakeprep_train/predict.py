@@ -8,8 +8,11 @@ the shards were made with. Each input row is checked against the raw contract an
 encoded exactly as training rows were (:mod:`lakeprep_train.serving`), then scored. The
 output has one row per input row, in input order: ``id``, ``prediction`` (a class of
 ``label.classes``) and ``probabilities`` (class -> probability) for an accepted row,
-``reason`` for a rejected one; ``label`` too when the input carries it. The counts go
-to stderr: rows read = accepted + rejected.
+``reason`` for a rejected one. The label is optional: an accepted row has ``label``
+when its label is present and one of ``label.classes`` (compare it with
+``prediction`` for metrics); a blank or null label is no label; a present label that is
+not a class (or does not parse) is scored without it, and ``label_reason`` says why.
+The counts go to stderr: rows read = accepted + rejected.
 """
 
 from __future__ import annotations
@@ -161,7 +164,8 @@ def predict_rows(
     classes = list(loaded.classes)
     rows: list[dict[str, Any] | None] = [None] * served.rows_read
     ids = served.features.get("id")
-    labels = served.features.get("label")
+    labels = served.labels
+    unused = {u["row"]: u["reason"] for u in served.unused_labels}
     for k, position in enumerate(served.accepted):
         p = probabilities[k]
         row: dict[str, Any] = {
@@ -171,8 +175,10 @@ def predict_rows(
             "prediction": int(classes[int(np.argmax(p))]),
             "probabilities": {str(c): float(v) for c, v in zip(classes, p, strict=True)},
         }
-        if labels is not None:
+        if labels is not None and not np.isnan(labels[k]):
             row["label"] = int(labels[k])
+        if int(position) in unused:
+            row["label_reason"] = unused[int(position)]
         rows[position] = row
     for rejected in served.rejected:
         rows[rejected["row"]] = dict(rejected)
@@ -196,11 +202,13 @@ def write_predictions(rows: Sequence[Mapping[str, Any]], classes: Sequence[int],
             "line": [r["line"] for r in rows],
             "id": [r.get("id") for r in rows],
             "label": [r.get("label") for r in rows],
+            "label_reason": [r.get("label_reason") for r in rows],
             "prediction": [r.get("prediction") for r in rows],
             **{f"probability__{c}": [r.get("probabilities", {}).get(str(c)) for r in rows] for c in classes},
             "reason": [r.get("reason") for r in rows],
         }
         types = {"row": pa.int64(), "line": pa.int64(), "id": pa.string(), "label": pa.int32()}
+        types["label_reason"] = pa.string()
         types.update({"prediction": pa.int32(), "reason": pa.string()})
         table = pa.table({k: pa.array(v, types.get(k, pa.float64())) for k, v in columns.items()})
         pq.write_table(table, partial)
@@ -247,6 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if served.rejected:
         print(f"rejected by reason: {served.reason_counts}", file=sys.stderr)
+    if served.labels is not None:
+        labelled = int((~np.isnan(served.labels)).sum())
+        print(f"accepted rows with a label: {labelled} of {accepted}", file=sys.stderr)
+    if served.unused_labels:
+        print(f"scored without their label, by reason: {served.unused_label_counts}", file=sys.stderr)
     if served.missing_columns:
         print(f"columns not in the input (read as null): {served.missing_columns}", file=sys.stderr)
     return 0

@@ -9,7 +9,9 @@ or Parquet file, or a pyarrow Table, so that a record scores as it would have tr
 1. **Contract** (:func:`read_records`, :func:`check_contract`): the file is read as
    Spark's PERMISSIVE reader reads it (every column a string, a bad line kept and marked
    malformed), each contract column is parsed as ``try_cast`` would, and each row gets
-   the reason validate would quarantine it with, or none. Rejected rows are reported,
+   the reason validate would quarantine it with, or none, except that the label never
+   rejects a row: it is optional at serving (a row without one is scored, and a present
+   label that is not usable is reported and left out). Rejected rows are reported,
    never dropped silently.
 2. **Derived columns** (:func:`add_derived`): validate's Spark SQL expressions,
    translated to DuckDB SQL with ``sqlglot`` (:func:`spark_sql_to_duckdb`, which also
@@ -409,6 +411,7 @@ class Checked:
     reasons: np.ndarray  # object: str | None per row
     labelled: bool
     missing_columns: list[str]
+    label_reasons: np.ndarray  # object: why a present label is not used, or None, per row
 
 
 def _first(reasons: np.ndarray, condition: np.ndarray, message: Any) -> None:
@@ -450,29 +453,39 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
     The reasons and their order are validate's: ``malformed record``; then per contract
     column ``invalid UTF-8 in <col>``, ``bad <type> in <col>: <first 64 chars>``,
     ``non-finite double in <col>: <value>``; then ``null in <col>`` for non-nullable
-    columns; then ``null id (<id>)``, ``null label (<label>)`` and
-    ``label <label> not in <classes>: <value>``. A value that is blank after trimming
-    spaces, or equal to a null token, is null.
+    columns; then ``null id (<id>)``. A value that is blank after trimming spaces, or
+    equal to a null token, is null.
 
-    The label is checked only if the input carries it (its column, or every column its
-    derivation reads). A missing nullable contract column is null; a missing
-    non-nullable one fails the whole input, as in validate.
+    The label is optional at serving, so it never rejects a row: a null label (blank,
+    a null token, or derived from a null) is no label, and a present label that cannot
+    be used (``label <label> not in <classes>: <value>``, or, for a label that is a
+    contract column, its own ``bad``/``non-finite``/``invalid UTF-8`` reason) goes to
+    ``label_reasons`` and the label is nulled; the row is scored either way. Columns a
+    derived label reads keep their own checks. The label is looked at only if the
+    input carries it (its column, or every column its derivation reads). A missing
+    nullable contract column is null; a missing non-nullable one fails the whole input,
+    as in validate.
     """
     n = len(raw)
     reasons = np.full(n, None, dtype=object)
+    label_reasons = np.full(n, None, dtype=object)
+    label = contract.label_column
+    derivations = {d["name"]: d["expr"] for d in contract.derived}
     _first(reasons, raw.malformed, "malformed record")
     typed: dict[str, pa.Array] = {}
     missing = [contract.raw_name(c) for c in contract.columns if contract.raw_name(c) not in raw.columns]
     required = [
         contract.raw_name(c)
         for c in contract.columns
-        if not c.get("nullable", True) and contract.raw_name(c) in missing
+        if not c.get("nullable", True) and contract.raw_name(c) in missing and c["name"] != label
     ]
     if required:
         raise ServingError(f"{raw.where}: required column(s) {required} missing; found {sorted(raw.columns)}")
     null_checks: list[tuple[np.ndarray, str]] = []
     for col in contract.columns:
         name, kind = col["name"], col["type"]
+        # The label's own value decides nothing about the row (see the docstring).
+        own = label_reasons if name == label and label not in derivations else reasons
         strings = raw.columns.get(contract.raw_name(col))
         if strings is None:
             typed[name] = pa.nulls(n, tf.arrow_type(kind))
@@ -485,16 +498,16 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
         present = pc.if_else(pa.array(is_null), pa.scalar(None, pa.string()), strings)
         values = tf.spark_try_cast(present, kind, zone=contract.time_zone)
         shown = pc.utf8_slice_codeunits(strings, 0, 64)
-        _first(reasons, _mask(pc.match_substring(strings, _REPLACEMENT)), f"invalid UTF-8 in {name}")
+        _first(own, _mask(pc.match_substring(strings, _REPLACEMENT)), f"invalid UTF-8 in {name}")
         bad = ~is_null & _mask(pc.is_null(values))
         if bad.any():
-            _first(reasons, bad, _prefixed(f"bad {kind} in {name}: ", shown))
+            _first(own, bad, _prefixed(f"bad {kind} in {name}: ", shown))
         if kind == "double":
             non_finite = ~_mask(pc.is_finite(values)) & _mask(pc.is_valid(values))
             if non_finite.any():
-                _first(reasons, non_finite, _prefixed(f"non-finite double in {name}: ", shown))
+                _first(own, non_finite, _prefixed(f"non-finite double in {name}: ", shown))
         typed[name] = values
-        if not col.get("nullable", True):
+        if not col.get("nullable", True) and own is reasons:
             null_checks.append((_mask(pc.is_null(values)), f"null in {name}"))
     for condition, message in null_checks:
         _first(reasons, condition, message)
@@ -512,23 +525,23 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
     id_values = table.column(contract.id_column)
     _first(reasons, _mask(pc.is_null(id_values)), f"null id ({contract.id_column})")
 
-    label = contract.label_column
-    derivations = {d["name"]: d["expr"] for d in contract.derived}
     present_names = {c["name"] for c in contract.columns if contract.raw_name(c) in raw.columns}
     if label in derivations:
         labelled = _referenced_columns(derivations[label]) <= present_names | set(derivations)
     else:
         labelled = label in present_names
     if labelled:
-        labels = table.column(label)
-        _first(reasons, _mask(pc.is_null(labels)), f"null label ({label})")
+        index = table.column_names.index(label)
+        labels = table.column(index)
         classes = list(contract.label_classes)
         numeric = tf.clean_numeric(labels)
         unknown = ~np.isin(numeric, np.asarray(classes, dtype=np.float64)) & ~np.isnan(numeric)
         if unknown.any():
             rendered = tf.spark_string(labels, zone=contract.time_zone)
-            _first(reasons, unknown, _prefixed(f"label {label} not in {classes}: ", rendered))
-    return Checked(table, reasons, labelled, missing)
+            _first(label_reasons, unknown, _prefixed(f"label {label} not in {classes}: ", rendered))
+        usable = pa.array(np.equal(label_reasons, None))
+        table = table.set_column(index, label, pc.if_else(usable, labels, pa.nulls(n, labels.type)))
+    return Checked(table, reasons, labelled, missing, label_reasons)
 
 
 # ------------------------------------------------------------------ derived columns
@@ -866,19 +879,34 @@ class Served:
 
     rows_read: int
     accepted: np.ndarray  # int64 positions (0-based, input order) of the accepted rows
-    features: dict[str, np.ndarray]  # encoded columns of the accepted rows (+ id, label)
+    features: dict[str, np.ndarray]  # encoded columns of the accepted rows (+ id)
     rejected: list[dict[str, Any]]  # {"row", "line", "id", "reason"} per rejected row
     lines: np.ndarray  # source line of every row read
     labelled: bool
     missing_columns: list[str]
+    # The accepted rows' labels (float64, NaN where a row has no usable label), or None
+    # when the input carries no label.
+    labels: np.ndarray | None = None
+    # {"row", "line", "id", "reason"} per accepted row whose present label is not used.
+    unused_labels: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def reason_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for r in self.rejected:
-            kind = r["reason"].split(":", 1)[0]
-            counts[kind] = counts.get(kind, 0) + 1
-        return dict(sorted(counts.items()))
+        """Rejected rows by reason kind (the text before the first ``:``, as validate counts)."""
+        return _counts_by_kind(self.rejected)
+
+    @property
+    def unused_label_counts(self) -> dict[str, int]:
+        """Accepted rows scored without their present label, by reason kind."""
+        return _counts_by_kind(self.unused_labels)
+
+
+def _counts_by_kind(items: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for r in items:
+        kind = r["reason"].split(":", 1)[0]
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def serve(
@@ -891,7 +919,9 @@ def serve(
     """Raw records -> the transform's encoded columns, with validate's rejections.
 
     Rows in = accepted + rejected, always: a row is rejected with its reason, never
-    dropped. See the module docstring for the steps.
+    dropped. The label is optional: a row without one is scored all the same, and one
+    whose label is present but unusable is scored with that label left out and listed in
+    ``unused_labels`` (:func:`check_contract`). See the module docstring for the steps.
     """
     contract = Contract.from_params(doc["contract"]["validate"])
     raw = read_records(source, contract, file_format=file_format)
@@ -902,8 +932,15 @@ def serve(
         {"row": int(i), "line": int(raw.line[i]), "id": ids[i], "reason": checked.reasons[i]}
         for i in np.flatnonzero(~np.equal(checked.reasons, None))
     ]
+    unused_labels = [
+        {"row": int(i), "line": int(raw.line[i]), "id": ids[i], "reason": checked.label_reasons[i]}
+        for i in accepted
+        if checked.label_reasons[i] is not None
+    ]
     table = checked.table.take(pa.array(accepted))
-    if not checked.labelled and contract.label_column in table.column_names:
+    labels = tf.clean_numeric(table.column(contract.label_column)) if checked.labelled else None
+    if contract.label_column in table.column_names:
+        # The transform encodes features; the label, null for some rows, stays out of it.
         table = table.drop([contract.label_column])
     preprocess = doc["contract"].get("preprocess", {})
     table = join_references(table, preprocess.get("references", []), references or {}, contract.time_zone)
@@ -916,4 +953,6 @@ def serve(
         lines=raw.line,
         labelled=checked.labelled,
         missing_columns=checked.missing_columns,
+        labels=labels,
+        unused_labels=unused_labels,
     )
