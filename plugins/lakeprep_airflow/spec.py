@@ -282,6 +282,7 @@ def _check_semantics(spec: DatasetSpec, checks_cache: Path | None = None) -> Non
             f"{where}: label.column {spec.data['label']['column']!r} is not the column "
             f"with role 'label' ({spec.columns_with_role('label')[0]!r})"
         )
+    _check_label_type(spec)
     raw_names = {c["name"] for c in spec.data["columns"]}
     for ref in spec.data.get("references", []):
         missing = [k for k in ref["join_keys"] if k not in raw_names]
@@ -327,6 +328,29 @@ def _check_semantics(spec: DatasetSpec, checks_cache: Path | None = None) -> Non
     _check_source(spec)
     _check_time_zone(spec)
     _check_expressions_once(spec, checks_cache)
+
+
+# `label.classes` are integers and validate compares the label with them (Spark's `IN`);
+# under ANSI rules a string label is cast to a number there, so a value such as `Adelie`
+# fails the whole day with a cast error naming no column, and a boolean, date or
+# timestamp label cannot be compared at all.
+_INTEGER_LABEL_REFUSED = ("string", "boolean", "date", "timestamp")
+
+
+def _check_label_type(spec: DatasetSpec) -> None:
+    """A label column with a declared type holds values comparable to the integer classes."""
+    label = spec.data["label"]
+    for section in ("columns", "derived"):
+        for i, col in enumerate(spec.data[section]):
+            if col["name"] != label["column"] or col.get("type") not in _INTEGER_LABEL_REFUSED:
+                continue
+            raise SpecError(
+                f"{spec.path}: {section}.{i} ({col['name']}).type: the label column is typed "
+                f"{col['type']!r} but label.classes {label['classes']} are integers; type it 'int' "
+                "if its values are those integers, or derive an integer label (e.g. `CASE WHEN "
+                f"{col['name']} = '...' THEN 0 ... END` under derived, role label, named by "
+                "label.column) and give this column another role"
+            )
 
 
 def _check_sample_strata(spec: DatasetSpec, known: set[str]) -> None:

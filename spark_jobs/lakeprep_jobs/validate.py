@@ -406,6 +406,7 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
     # whole day instead of quarantining one row. CASE WHEN evaluates its branch lazily.
     for col in p.derived:
         df = df.withColumn(col["name"], F.when(F.col("_type_reason").isNull(), F.expr(col["expr"])))
+    _check_label_type(df, p)
     label = F.col(p.label_column)
     reason = first_reason(
         [
@@ -420,6 +421,25 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
     )
     df = df.withColumn(REASON, reason).drop("_type_reason")
     return df.withColumn(RAW, F.when(F.col(REASON).isNotNull(), raw_json))
+
+
+def _check_label_type(df: DataFrame, p: ValidateParams) -> None:
+    """Refuse a label Spark cannot compare with the integer classes, naming it, before any job.
+
+    Under ANSI rules `label IN (0, 1)` casts a string label to a number, so one value such
+    as `Adelie` would fail the day with a cast error that names no column; a boolean, date
+    or timestamp label does not compare at all. The spec check refuses a declared type;
+    this is the label whose type only Spark knows (a derived label without one).
+    """
+    from pyspark.sql.types import NumericType
+
+    kind = df.schema[p.label_column].dataType
+    if not isinstance(kind, NumericType):
+        raise ValueError(
+            f"label column {p.label_column!r} is {kind.simpleString()} but label_classes "
+            f"{p.label_classes} are integers; make it an integer in the spec (a raw column typed "
+            "'int', or a derived expression that yields one, e.g. CASE WHEN ... THEN 0 ... END)"
+        )
 
 
 def reason_kind(reason: Column) -> Column:

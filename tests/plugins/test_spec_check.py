@@ -110,6 +110,20 @@ def as_text_source(data: dict) -> None:
             r"source\.text_per: only for format 'text', not 'csv'",
         ),
         (
+            # validate compares the label with the integer classes: a string there fails the day.
+            lambda d: (
+                d["columns"][11].update(role="label"),
+                derived(d, "delayed").update(role="numeric"),
+                d["label"].update(column="tailnum"),
+            ),
+            r"columns\.11 \(tailnum\)\.type: the label column is typed 'string' but label\.classes "
+            r"\[0, 1\] are integers; type it 'int' .* or derive an integer label",
+        ),
+        (
+            lambda d: derived(d, "delayed").update(type="string"),
+            r"derived\.1 \(delayed\)\.type: the label column is typed 'string'",
+        ),
+        (
             lambda d: d.update(time_zone="Europe/Atlantis"),
             r"time_zone: 'Europe/Atlantis' is not an IANA time zone",
         ),

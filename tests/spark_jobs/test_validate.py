@@ -242,6 +242,15 @@ def test_the_first_reason_that_applies_wins_in_the_documented_order(spark, row, 
     assert validate.flag_rows(raw, p).collect()[0]["_reason"] == expected
 
 
+def test_a_label_that_is_not_a_number_is_refused_naming_it_before_any_job(spark):
+    # Spark would cast `kind` to a number to compare it with the classes: a cast error
+    # naming no column, at the first row that is not one.
+    raw = spark.createDataFrame([("a", "1", "Adelie", None, None, "f.csv")], RAW_DDL)
+    p = params(derived=[{"name": "label", "expr": "kind"}])
+    with pytest.raises(ValueError, match=r"label column 'label' is string but label_classes \[0, 1\] are"):
+        validate.flag_rows(raw, p)
+
+
 def test_null_id_is_named_after_derived_columns_are_computed(spark):
     raw = spark.createDataFrame([("a", "1", "x", None, None, "f.csv")], RAW_DDL)
     p = params(
