@@ -146,6 +146,16 @@ def test_one_export_trains_on_any_world_size_with_equal_steps(
     assert metrics["plan"]["rows_dropped_per_epoch"] == dropped
     assert metrics["plan"]["rows_padded_per_epoch"] == 0
     assert metrics["plan"]["rows_per_rank"] * world_size + dropped == 301
+    # Every rank scores its share of the validation split; none is left out or waits for rank 0.
+    assert metrics["validation"]["rows"] == 61
+    for rank in range(world_size):
+        prefix = f"[rank {rank}/{world_size}] lakeprep_train: "
+        assert f"{prefix}epoch 2: validation scored with the other ranks in " in result.stderr
+        assert f"{prefix}finished 2 epochs: {2 * steps} steps on this rank, accelerator utilisation " in (
+            result.stderr
+        )
+    utilisation = telemetry["accelerator_utilisation"]["per_rank"]
+    assert len(utilisation) == world_size and all(0 < u <= 1 for u in utilisation)
 
 
 @pytest.mark.integration

@@ -421,8 +421,8 @@ def fit(
                     )
             epoch_seconds = time.perf_counter() - started
             if epoch + 1 < args.epochs:
-                # Start reading the next epoch now: its first batches load while rank 0
-                # evaluates and checkpoints, instead of stalling the epoch's first step.
+                # Start reading the next epoch now: its first batches load while the ranks
+                # evaluate and rank 0 checkpoints, instead of stalling the epoch's first step.
                 data.set_epoch(epoch + 1)
                 upcoming = iter(data)
             total_loss, total_rows = _all_reduce([float(loss_sum), float(rows)], device, distributed)
@@ -431,8 +431,18 @@ def fit(
             progress.train_seconds += slowest
             progress.rows_seen += total_rows
             progress.train_losses.append(total_loss / total_rows)
+            # Every rank evaluates its share at once and holds the same metrics after: no
+            # rank idles in a collective for a whole validation pass (lakeprep_train.evaluate).
+            evaluating = time.perf_counter()
+            progress.validation = evaluate_split(
+                model, manifest, "validation", device, rank=env.rank, world_size=env.world_size
+            )
+            log.info(
+                "epoch %d: validation scored with the other ranks in %.2f s on this rank",
+                epoch + 1,
+                time.perf_counter() - evaluating,
+            )
             if env.rank == 0:
-                progress.validation = evaluate_split(model, manifest, "validation", device)
                 record: dict[str, Any] = {
                     "epoch": epoch + 1,
                     "train_loss": progress.train_losses[-1],
@@ -465,15 +475,26 @@ def fit(
                 progress.epoch_digest = 0
                 save_checkpoint(checkpoint.Position(epoch + 1, 0, global_step), 0.0, 0.0, 0)
             if distributed:
-                dist.barrier()  # the other ranks wait here while rank 0 evaluates and checkpoints
+                dist.barrier()  # the other ranks wait here while rank 0 writes the checkpoint
 
-    log.info("finished %d epochs: %d steps on this rank", args.epochs, len(telemetry.steps))
-    summaries = _gather(telemetry.summary(), env.world_size, distributed)
+    summary = telemetry.summary()
+    utilisation = summary["accelerator_utilisation"]
+    log.info(
+        "finished %d epochs: %d steps on this rank, accelerator utilisation %s (compute / step time)",
+        args.epochs,
+        len(telemetry.steps),
+        "n/a" if utilisation is None else f"{utilisation:.0%}",
+    )
+    summaries = _gather(summary, env.world_size, distributed)
+    has_test = "test" in manifest.splits and manifest.splits["test"].rows > 0
+    test = (
+        evaluate_split(model, manifest, "test", device, rank=env.rank, world_size=env.world_size)
+        if has_test
+        else None
+    )
     if env.rank != 0:
         return
 
-    has_test = "test" in manifest.splits and manifest.splits["test"].rows > 0
-    test = evaluate_split(model, manifest, "test", device) if has_test else None
     report = summarize(
         summaries,
         device=device.type,
