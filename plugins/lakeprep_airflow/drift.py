@@ -20,7 +20,10 @@ when the action is `stop` and a feature drifts. No Spark, no Airflow: the operat
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
+import statistics
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,21 +34,28 @@ FORMAT_VERSION = 1
 EPSILON = 1e-4
 ACTIONS = ("warn", "stop")
 METRICS = {"numeric": "psi", "categorical": "jsd", "text": "jsd"}
+# Bootstrap pairs per feature: the 0.995 quantile rests on the ten largest of them.
+BOOTSTRAP_DRAWS = 2000
+# A bucket's share is tested on its own when the smaller side expects this many rows in it
+# (the rule of thumb for a normal approximation of a count).
+MIN_EXPECTED_ROWS = 5
+# A column's `drift` in the spec: `ignore` records without judging (calendar features).
+IGNORE = "ignore"
 
 
 class DriftError(Exception):
     """Features drift beyond their thresholds and the action is `stop`.
 
-    The message names every drifting feature with its metric, value and threshold;
-    `report` is the full drift report (it is written before this is raised).
+    The message names every drifting feature with what is over its threshold (the
+    distance, the shift or both); `report` is the full drift report (it is written
+    before this is raised).
     """
 
     def __init__(self, report: Mapping[str, Any]) -> None:
         self.report = report
         self.features = list(report["drifting"])
         listed = "; ".join(
-            f"{name} {f['metric']}={f['value']:.3f} > threshold {f['threshold']:g}"
-            for name, f in ((n, report["features"][n]) for n in self.features)
+            reason for n in self.features for reason in drift_reasons(n, report["features"][n])
         )
         super().__init__(
             f"drift in {len(self.features)} feature(s) of {report['partition']} against "
@@ -239,11 +249,18 @@ def psi(actual: Sequence[float], expected: Sequence[float], epsilon: float = EPS
     return total
 
 
-def numeric_psi(current: NumericDay, reference: Sequence[NumericDay], bins: int = 10) -> float:
-    """PSI of `current` against the pooled `reference` days, on the reference's quantile bins."""
+def numeric_bins(
+    current: NumericDay, reference: Sequence[NumericDay], bins: int = 10
+) -> tuple[list[float], list[float]]:
+    """(current's, pooled reference's) shares in the reference's quantile bins and the missing bin."""
     cuts = pooled_quantiles(reference, [k / bins for k in range(1, bins)])
     edges = sorted(set(cuts))  # a point mass makes several quantiles one edge
-    return psi(bin_shares([current], edges), bin_shares(reference, edges))
+    return bin_shares([current], edges), bin_shares(reference, edges)
+
+
+def numeric_psi(current: NumericDay, reference: Sequence[NumericDay], bins: int = 10) -> float:
+    """PSI of `current` against the pooled `reference` days, on the reference's quantile bins."""
+    return psi(*numeric_bins(current, reference, bins))
 
 
 # ------------------------------------------------------------------- categorical/text: JSD
@@ -309,17 +326,219 @@ def jensen_shannon_distance(p: Sequence[float], q: Sequence[float]) -> float:
     return min(1.0, math.sqrt(max(0.0, divergence)))
 
 
-def category_jsd(current: CategoryDay, reference: Sequence[CategoryDay]) -> float:
-    """JSD of `current` against the pooled `reference` days.
+@dataclasses.dataclass(frozen=True)
+class Buckets:
+    """What a categorical's distance compares: labelled buckets and each side's shares.
+
+    `labels` are `("value", v)` for the kept values, then `("other", None)` when it is
+    compared, then `("null", None)`; `compared` and `reference_compared` are the shares of
+    each side's rows that the buckets hold (1 unless "other" is left out).
+    """
+
+    labels: list[tuple[str, Any]]
+    shares: list[float]
+    reference_shares: list[float]
+    compared: float
+    reference_compared: float
+
+
+def category_buckets(current: CategoryDay, reference: Sequence[CategoryDay]) -> Buckets:
+    """The current day's and the pooled reference's shares of the kept values, "other", "null".
 
     A value gets its own bucket only where every day's share of it is known (it is in
     that day's top, or that day's top is complete); elsewhere it is folded into "other"
     on every side. A value that merely crossed the top-k cut between days is not drift.
+
+    When some day's top is not complete, "other" is left out and the remaining buckets
+    are compared as shares of the rows they hold: a day's "other" then holds the values
+    it cut, each of them present that day (count >= 1), while the other days count the
+    same values as they fell (often 0). With 87 values over 140 rows a day that bias
+    alone, not the data, would make "other" differ between days.
     """
     days = [current, *reference]
     seen = list(dict.fromkeys(v for d in days for v in d.values))
     keep = [v for v in seen if all(v in d.values or d.complete for d in days)]
-    return jensen_shannon_distance(_buckets([current], keep), _buckets(reference, keep))
+    complete = all(d.complete for d in days)
+    if not complete:
+        # A rare value is in a day's top only on days it occurred at all: kept, it would be
+        # counted >= 1 on those days and as it fell on a complete day. Only values the
+        # smallest day expects MIN_EXPECTED_ROWS times (pooled share) are kept: those are
+        # in every top whatever the day drew. The rest joins "other", left out below.
+        smallest = min(d.rows for d in days)
+        pooled = _buckets(days, keep)
+        keep = [v for v, share in zip(keep, pooled, strict=False) if share * smallest >= MIN_EXPECTED_ROWS]
+    shares, reference_shares = _buckets([current], keep), _buckets(reference, keep)
+    labels = [*(("value", v) for v in keep), ("other", None), ("null", None)]
+    if complete:
+        return Buckets(labels, shares, reference_shares, 1.0, 1.0)
+    compared, reference_compared = 1.0 - shares[-2], 1.0 - reference_shares[-2]
+
+    def without_other(x: list[float], held: float) -> list[float]:
+        kept = [*x[:-2], x[-1]]
+        return [v / held for v in kept] if held > 0 else kept
+
+    return Buckets(
+        [*labels[:-2], labels[-1]],
+        without_other(shares, compared),
+        without_other(reference_shares, reference_compared),
+        compared,
+        reference_compared,
+    )
+
+
+def category_jsd(current: CategoryDay, reference: Sequence[CategoryDay]) -> float:
+    """JSD of `current` against the pooled `reference` days, over `category_buckets`."""
+    b = category_buckets(current, reference)
+    return jensen_shannon_distance(b.shares, b.reference_shares)
+
+
+# ------------------------------------------------------------------ noise: what chance gives
+
+
+def noise_seed(*inputs: Any) -> int:
+    """A bootstrap's seed from its inputs: the same statistics draw the same samples."""
+    payload = json.dumps(inputs, separators=(",", ":"), default=str)
+    return int.from_bytes(hashlib.sha256(payload.encode()).digest()[:8], "big")
+
+
+def distance_noise(
+    metric: str,
+    shares: Sequence[float],
+    reference_shares: Sequence[float],
+    rows: int,
+    reference_rows: int,
+    level: float,
+    seed: int,
+) -> tuple[float, float]:
+    """(median, `level` quantile) of the metric between the day and the window under no change.
+
+    A permutation null: if nothing changed, the day's rows are `rows` drawn at random
+    from the day's and the window's rows pooled. `BOOTSTRAP_DRAWS` such splits of the
+    pooled bucket counts (multivariate hypergeometric) are scored as the real buckets
+    are. This is exact for sparse buckets, where the chi-squared approximation of PSI and
+    JSD is not (87 values over 140 rows: most buckets hold one or two rows), and unlike a
+    draw from the window's shares alone it keeps the values the window did not happen to
+    see. A numeric day's bin shares come from interpolated quantiles, smoother than
+    counts, so the bound is on the safe side there.
+    """
+    import numpy as np  # the worker's; not at import time (the DAG processor imports this module)
+
+    pooled = np.rint(
+        np.clip(rows * np.asarray(shares) + reference_rows * np.asarray(reference_shares), 0.0, None)
+    ).astype(np.int64)
+    total = int(pooled.sum())
+    day_rows = min(total - 1, max(1, round(total * rows / (rows + reference_rows))))
+    if total < 2:
+        return 0.0, 0.0
+    rng = np.random.Generator(np.random.PCG64(seed))
+    drawn = rng.multivariate_hypergeometric(pooled, day_rows, size=BOOTSTRAP_DRAWS)
+    day = drawn / day_rows
+    window = (pooled - drawn) / (total - day_rows)
+    if metric == "psi":
+        a, e = np.maximum(day, EPSILON), np.maximum(window, EPSILON)
+        values = ((a - e) * np.log(a / e)).sum(axis=1)
+    else:
+        mean = (day + window) / 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kl_day = np.where(day > 0, day * np.log2(day / mean), 0.0).sum(axis=1)
+            kl_window = np.where(window > 0, window * np.log2(window / mean), 0.0).sum(axis=1)
+        values = np.sqrt(np.clip(0.5 * kl_day + 0.5 * kl_window, 0.0, 1.0))
+    median = np.quantile(values, 0.5, method="inverted_cdf")
+    bound = np.quantile(values, level, method="higher")
+    return float(median), float(bound)
+
+
+def pooled_moments(columns: Sequence[Mapping[str, Any]]) -> tuple[int, float | None, float | None]:
+    """(finite values, mean, sample standard deviation) of numeric columns pooled, exactly.
+
+    The days' counts, means and standard deviations merge as Chan's parallel variance
+    does: within-day squares plus each day's offset from the pooled mean.
+    """
+    days = []
+    for c in columns:
+        n = c["count"] - c.get("nan", 0)
+        if n > 0 and c.get("mean") is not None:
+            days.append((n, float(c["mean"]), float(c.get("stddev") or 0.0)))
+    total = sum(n for n, _, _ in days)
+    if not total:
+        return 0, None, None
+    mean = sum(n * mu for n, mu, _ in days) / total
+    if total < 2:
+        return total, mean, None
+    squares = sum((n - 1) * sd * sd + n * (mu - mean) ** 2 for n, mu, sd in days)
+    return total, mean, math.sqrt(squares / (total - 1))
+
+
+def mean_shift(
+    current: Mapping[str, Any], reference: Sequence[Mapping[str, Any]], params: DriftParams
+) -> dict[str, Any] | None:
+    """The day's mean against the window's, in the window's standard deviations (Cohen's d).
+
+    PSI on ten bins needs hundreds of rows to see half a standard deviation; the mean
+    sees it in a hundred and forty. Under no change the shift is about normal with
+    standard error sqrt(1/n + 1/m) (n, m the finite values): that is its `noise`, and
+    its bound is the two-sided `alpha`/2 quantile of that normal, or `min_effect` when
+    larger. None where a side has no finite values or the window has no spread.
+    """
+    n, mean, _ = pooled_moments([current])
+    m, reference_mean, sd = pooled_moments(reference)
+    if not n or not m or mean is None or reference_mean is None or not sd:
+        return None
+    noise = math.sqrt(1 / n + 1 / m)
+    z = statistics.NormalDist().inv_cdf(1 - params.alpha / 4)
+    return {
+        "measure": "mean",
+        "value": (mean - reference_mean) / sd,
+        "noise": noise,
+        "threshold": max(params.min_effect, z * noise),
+    }
+
+
+def share_shift(
+    labels: Sequence[tuple[str, Any]],
+    shares: Sequence[float],
+    reference_shares: Sequence[float],
+    rows: int,
+    reference_rows: int,
+    params: DriftParams,
+) -> dict[str, Any] | None:
+    """The bucket whose share moved most, as Cohen's h = 2 asin(sqrt p) - 2 asin(sqrt q).
+
+    JSD over 87 values at 140 rows a day is mostly noise, so one value's share doubling
+    is lost in it; each bucket's own share is not. The arcsine makes the noise the same
+    for every share: under no change h is about normal with standard error sqrt(1/n +
+    1/m). Only buckets expected to hold at least `MIN_EXPECTED_ROWS` rows on the smaller
+    side are tested (chosen from the pooled shares, so the choice does not favour a
+    change), and the bound is Bonferroni's over them: the two-sided `alpha`/2 quantile
+    for the largest of k, or `min_effect` when larger. None when no bucket qualifies.
+    """
+    total = rows + reference_rows
+    smaller = min(rows, reference_rows)
+    tested = [
+        i
+        for i, (a, e) in enumerate(zip(shares, reference_shares, strict=True))
+        if smaller * (rows * a + reference_rows * e) / total >= MIN_EXPECTED_ROWS
+    ]
+    if not tested or not rows or not reference_rows:
+        return None
+
+    def h(i: int) -> float:
+        a, e = min(max(shares[i], 0.0), 1.0), min(max(reference_shares[i], 0.0), 1.0)
+        return 2 * math.asin(math.sqrt(a)) - 2 * math.asin(math.sqrt(e))
+
+    moved = max(tested, key=lambda i: abs(h(i)))  # the first of equals: bucket order
+    bucket, value = labels[moved]
+    noise = math.sqrt(1 / rows + 1 / reference_rows)
+    z = statistics.NormalDist().inv_cdf(1 - params.alpha / (4 * len(tested)))
+    return {
+        "measure": "share",
+        "value": h(moved),
+        "noise": noise,
+        "threshold": max(params.min_effect, z * noise),
+        "bucket": bucket,
+        "of": value,
+        "tested": len(tested),
+    }
 
 
 # ------------------------------------------------------------------------------- reports
@@ -355,43 +574,108 @@ def feature_drift(
     current: Mapping[str, Any],
     reference: Sequence[Mapping[str, Any]],
     params: DriftParams,
+    *,
+    ignore: bool = False,
 ) -> dict[str, Any]:
-    """One feature's result: its metric's value against the reference days that have it.
+    """One feature's result: its distance and its largest shift, each beside its noise.
 
-    A reference day counts when it has the column, of the same kind, with rows. Fewer
-    such days than `min_reference_days` is `no_reference` (the value is still recorded
-    when there is at least one).
+    A reference day counts when it has the column, of the same kind, with rows. The
+    distance (PSI or JSD) drifts above `threshold`: the larger of the knob's threshold and
+    `noise_bound`, what sampling alone exceeds with probability `alpha`/2 at these rows
+    (`distance_noise`); `noise` is that null's median, what an unchanged feature shows.
+    The shift (`mean_shift` or `share_shift`) has its own noise and threshold; either
+    one over its threshold is drift. Not judged, with a `note`: fewer reference days
+    than `min_reference_days` (`no_reference`), fewer rows than `min_rows` on either
+    side (`too_few_rows`), a column marked `drift: ignore` (`ignored`). The values are
+    recorded whenever there is a reference day.
     """
     kind = current["kind"]
     metric = METRICS[kind]
     same = [c for c in reference if c.get("kind") == kind and _column_rows(c) > 0]
+    rows, reference_rows = _column_rows(current), sum(_column_rows(c) for c in same)
     result: dict[str, Any] = {
         "kind": kind,
         "metric": metric,
         "value": None,
+        "noise": None,
+        "noise_bound": None,
         "threshold": params.threshold(kind),
+        "shift": None,
         "status": "no_reference",
         "reference_days": len(same),
+        "rows": rows,
+        "reference_rows": reference_rows,
     }
-    if _column_rows(current) == 0:
+    if rows == 0:
         result["note"] = "the current partition has no rows"
         return result
     if same:
         where = f"columns.{name}."
+        # The rows the compared buckets hold: the sample sizes of the noise.
+        compared, reference_compared = rows, reference_rows
         if metric == "psi":
-            value = numeric_psi(
+            shares, reference_shares = numeric_bins(
                 numeric_day(current, where), [numeric_day(c, where) for c in same], params.bins
             )
+            result["value"] = psi(shares, reference_shares)
+            result["shift"] = mean_shift(current, same, params)
         else:
-            value = category_jsd(category_day(current), [category_day(c) for c in same])
-        result["value"] = value
+            b = category_buckets(category_day(current), [category_day(c) for c in same])
+            shares, reference_shares = b.shares, b.reference_shares
+            compared, reference_compared = (
+                round(rows * b.compared),
+                round(reference_rows * b.reference_compared),
+            )
+            result["value"] = jensen_shannon_distance(shares, reference_shares)
+            result["shift"] = share_shift(
+                b.labels, shares, reference_shares, compared, reference_compared, params
+            )
+            if b.compared < 1 or b.reference_compared < 1:
+                result["other_left_out"] = {"day": 1 - b.compared, "reference": 1 - b.reference_compared}
+        seed = noise_seed(name, metric, compared, reference_compared, shares, reference_shares)
+        result["noise"], result["noise_bound"] = distance_noise(
+            metric, shares, reference_shares, compared, reference_compared, 1 - params.alpha / 2, seed
+        )
+        result["threshold"] = max(params.threshold(kind), result["noise_bound"])
     if len(same) < params.min_reference_days:
         result["note"] = (
             f"{len(same)} earlier day(s) have this column; min_reference_days is {params.min_reference_days}"
         )
         return result
-    result["status"] = "drift" if result["value"] > result["threshold"] else "ok"
+    if min(rows, reference_rows) < params.min_rows:
+        result["status"] = "too_few_rows"
+        result["note"] = (
+            f"{rows} row(s) on the day and {reference_rows} in the earlier days; "
+            f"min_rows is {params.min_rows}"
+        )
+        return result
+    if ignore:
+        result["status"] = "ignored"
+        result["note"] = "marked `drift: ignore` in the spec: recorded, never drift"
+        return result
+    result["status"] = "drift" if drift_reasons(name, result) else "ok"
     return result
+
+
+def drift_reasons(name: str, feature: Mapping[str, Any]) -> list[str]:
+    """What is over its threshold: `distance psi=0.412 > threshold 0.3`, a shift likewise."""
+    reasons = []
+    if feature["value"] is not None and feature["value"] > feature["threshold"]:
+        reasons.append(
+            f"{name} {feature['metric']}={feature['value']:.3f} > threshold {feature['threshold']:.3g}"
+        )
+    shift = feature.get("shift")
+    if shift and abs(shift["value"]) > shift["threshold"]:
+        reasons.append(f"{name} {_shift_words(shift)} > threshold {shift['threshold']:.3g}")
+    return reasons
+
+
+def _shift_words(shift: Mapping[str, Any]) -> str:
+    """`mean shift +0.52 sd` or `share of 'UA' h=+0.31` (other values / nulls by name)."""
+    if shift["measure"] == "mean":
+        return f"mean shift {shift['value']:+.3f} sd"
+    of = {"other": "other values", "null": "nulls"}.get(shift["bucket"], repr(shift["of"]))
+    return f"share of {of} h={shift['value']:+.3f}"
 
 
 def drift_report(
@@ -400,6 +684,7 @@ def drift_report(
     params: Mapping[str, Any] | DriftParams | None = None,
     *,
     columns: Sequence[str] | None = None,
+    ignore: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Compare one day's stats doc with earlier days' (oldest first); never raises on drift.
 
@@ -408,6 +693,7 @@ def drift_report(
     :param params: `stages.check_drift` (`DriftParams` fields); unknown keys are refused.
     :param columns: the columns to judge, in order (default: every column of `current`
         whose kind has a metric). A named column missing from `current` is an error.
+    :param ignore: columns recorded but never judged (the spec's `drift: ignore`).
     :returns: the drift report (`lakeprep_contracts/schemas/drift.schema.json`).
     """
     p = params if isinstance(params, DriftParams) else DriftParams.from_mapping(params)
@@ -427,6 +713,7 @@ def drift_report(
             current["columns"][name],
             [doc["columns"][name] for doc in reference if name in doc["columns"]],
             p,
+            ignore=name in ignore,
         )
         for name in names
     }
@@ -460,17 +747,29 @@ def check_drift(
     params: Mapping[str, Any] | DriftParams | None = None,
     *,
     columns: Sequence[str] | None = None,
+    ignore: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`drift_report`, then `enforce`: returns the report, or raises `DriftError` on a stop."""
-    report = drift_report(current, reference, params, columns=columns)
+    report = drift_report(current, reference, params, columns=columns, ignore=ignore)
     enforce(report)
     return report
 
 
 def describe(name: str, feature: Mapping[str, Any]) -> str:
-    """One log line: `distance psi=0.031 (threshold 0.25) ok`."""
-    value = "n/a" if feature["value"] is None else f"{feature['value']:.3f}"
-    line = f"{name} {feature['metric']}={value} (threshold {feature['threshold']:g}) {feature['status']}"
+    """One log line: `distance psi=0.031 (noise 0.012, threshold 0.25), mean shift ... ok`."""
+    if feature["value"] is None:
+        line = f"{name} {feature['metric']}=n/a (threshold {feature['threshold']:.3g})"
+    else:
+        noise = "" if feature.get("noise") is None else f"noise {feature['noise']:.3f}, "
+        line = (
+            f"{name} {feature['metric']}={feature['value']:.3f} ({noise}threshold {feature['threshold']:.3g})"
+        )
+    shift = feature.get("shift")
+    if shift:
+        line += f", {_shift_words(shift)} (noise {shift['noise']:.3f}, threshold {shift['threshold']:.3g})"
+    line += f" {feature['status']}"
     if feature["status"] == "no_reference":
         line += f" ({feature['reference_days']} reference day(s))"
+    elif feature.get("note"):
+        line += f" ({feature['note']})"
     return line

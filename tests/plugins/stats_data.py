@@ -7,7 +7,9 @@ values and the rest.
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections import Counter
 
 PROBABILITIES = [0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0]
 
@@ -78,4 +80,47 @@ def day(ds: str, **columns: dict) -> dict:
         "partition": f"file:///lake/validate/flights/dt={ds}",
         "rows": rows,
         "columns": columns,
+    }
+
+
+# ------------------------------------------------------- statistics of generated rows
+# What validate's writer (lakeprep_jobs.stats.partition_stats) records for the same rows,
+# without Spark: exact quantiles of rank ceil(p * n) (percentile_approx while it holds every
+# value), the sample standard deviation, the top 50 values by count then value.
+
+
+def numeric_of(values: list[float | None]) -> dict:
+    """A numeric column's stats of `values` (None is null)."""
+    finite = sorted(v for v in values if v is not None)
+    n = len(finite)
+    mean = sum(finite) / n if n else None
+    stddev = statistics.stdev(finite) if n > 1 else None
+    quantiles = [finite[max(1, math.ceil(p * n)) - 1] if n else None for p in PROBABILITIES]
+    return {
+        "kind": "numeric",
+        "count": n,
+        "nulls": len(values) - n,
+        "nan": 0,
+        "distinct_estimate": len(set(finite)),
+        "min": finite[0] if n else None,
+        "max": finite[-1] if n else None,
+        "mean": mean,
+        "stddev": stddev,
+        "quantiles": {"probabilities": PROBABILITIES, "values": quantiles},
+    }
+
+
+def categorical_of(values: list[str | None], top_k: int = 50) -> dict:
+    """A categorical column's stats of `values` (None is null)."""
+    counts = Counter(v for v in values if v is not None)
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:top_k]
+    count = sum(counts.values())
+    return {
+        "kind": "categorical",
+        "count": count,
+        "nulls": len(values) - count,
+        "distinct_estimate": len(counts),
+        "top": [{"value": v, "count": n} for v, n in top],
+        "top_k": top_k,
+        "other_count": count - sum(n for _, n in top),
     }

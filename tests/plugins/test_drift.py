@@ -7,14 +7,26 @@ from the normal CDF.
 
 from __future__ import annotations
 
+import json
 import math
+import random
 import statistics
 
 import pytest
 
 from lakeprep_airflow import drift
 from lakeprep_contracts import documents
-from tests.plugins.stats_data import PROBABILITIES, categorical, constant, day, normal, text, uniform
+from tests.plugins.stats_data import (
+    PROBABILITIES,
+    categorical,
+    categorical_of,
+    constant,
+    day,
+    normal,
+    numeric_of,
+    text,
+    uniform,
+)
 
 
 def binned_normal_psi(shift: float, bins: int = 10) -> float:
@@ -171,14 +183,9 @@ def test_text_compares_token_distributions_and_null_rows():
         day("2", model=text({"boeing": 300, "airbus": 100})),
         [day("1", model=text({"boeing": 600, "airbus": 200}, rows=200))],
     )
-    assert same["features"]["model"] == {
-        "kind": "text",
-        "metric": "jsd",
-        "value": 0.0,
-        "threshold": 0.1,
-        "status": "ok",
-        "reference_days": 1,
-    }
+    model = same["features"]["model"]
+    assert (model["kind"], model["metric"], model["value"], model["status"]) == ("text", "jsd", 0.0, "ok")
+    assert (model["rows"], model["reference_rows"], model["shift"]["value"]) == (100, 200, 0.0)
     shifted = drift.drift_report(
         day("2", model=text({"boeing": 100, "embraer": 300}, nulls=50)),
         [day("1", model=text({"boeing": 300, "airbus": 100}))],
@@ -229,14 +236,16 @@ def test_values_under_the_threshold_are_recorded():
 
 
 def test_stop_raises_naming_every_drifting_feature():
-    current = day("3", distance=normal(1.0), carrier=categorical({"DL": 10}), air_time=normal())
-    reference = [day("2", distance=normal(), carrier=categorical({"UA": 10}), air_time=normal())]
+    current = day("3", distance=normal(1.0), carrier=categorical({"DL": 100}), air_time=normal())
+    reference = [day("2", distance=normal(), carrier=categorical({"UA": 100}), air_time=normal())]
     with pytest.raises(drift.DriftError) as err:
         drift.check_drift(current, reference, {"action": "stop", "psi_threshold": 0.3})
     message = str(err.value)
     psi = err.value.report["features"]["distance"]["value"]
-    assert f"distance psi={psi:.3f} > threshold 0.3" in message
-    assert "carrier jsd=1.000 > threshold 0.1" in message
+    assert f"distance psi={psi:.3f} > threshold 0.3; distance mean shift +1.000 sd > threshold 0.2" in message
+    carrier = err.value.report["features"]["carrier"]
+    assert f"carrier jsd=1.000 > threshold {carrier['threshold']:.3g}" in message
+    assert "carrier share of 'DL' h=+3.142 > threshold" in message
     assert "air_time" not in message
     assert err.value.features == ["distance", "carrier"]
     assert message.startswith("drift in 2 feature(s) of file:///lake/validate/flights/dt=3 against 1 earlier")
@@ -296,7 +305,8 @@ def test_reports_match_the_drift_schema():
     report["features"]["distance"]["status"] = "late"
     assert documents.problems("drift", report) == [
         "features.carrier.metric: 'jsd' was expected",
-        "features.distance.status: 'late' is not one of ['ok', 'drift', 'no_reference']",
+        "features.distance.status: 'late' is not one of "
+        "['ok', 'drift', 'no_reference', 'too_few_rows', 'ignored']",
     ]
 
 
@@ -316,3 +326,122 @@ def test_the_stats_schema_names_what_is_wrong():
         "columns.distance: 'quantiles' is a required property",
         "columns.extra.kind: 'timestamp' is not one of ['numeric', 'categorical', 'text']",
     ]
+
+
+# ------------------------------------------------- noise: generated days, known answers
+# Days of generated rows, summarized as validate summarizes them (stats_data.*_of): a
+# small dataset (140 rows a day, a categorical of 87 values: the field trial's
+# `neighborhood`) and a normal one (1000 rows a day), seven earlier days each.
+
+NEIGHBORHOODS = [f"n{i:02d}" for i in range(87)]
+CARRIERS = [f"c{i:02d}" for i in range(15)]
+
+
+def zipf(k: int, s: float = 1.0) -> list[float]:
+    weights = [1 / (i + 1) ** s for i in range(k)]
+    return [w / sum(weights) for w in weights]
+
+
+def doubled(shares: list[float], i: int) -> list[float]:
+    """`shares` with value i's share doubled and the others scaled down to make room."""
+    rest = (1 - 2 * shares[i]) / (1 - shares[i])
+    return [2 * x if j == i else x * rest for j, x in enumerate(shares)]
+
+
+def generated_day(rng: random.Random, ds: str, rows: int, *, mean: float = 0.0, carriers=None) -> dict:
+    return day(
+        ds,
+        neighborhood=categorical_of(rng.choices(NEIGHBORHOODS, zipf(87), k=rows)),
+        carrier=categorical_of(rng.choices(CARRIERS, carriers or zipf(15, 1.2), k=rows)),
+        x=numeric_of([rng.gauss(mean, 1.0) for _ in range(rows)]),
+        skewed=numeric_of([rng.lognormvariate(mean, 1.0) for _ in range(rows)]),
+        hour=numeric_of([float(rng.randint(5, 23)) for _ in range(rows)]),
+    )
+
+
+def window(rng: random.Random, rows: int, days: int = 7) -> list[dict]:
+    return [generated_day(rng, f"2013-01-{d + 1:02d}", rows) for d in range(days)]
+
+
+@pytest.mark.parametrize("rows", [140, 1000])
+def test_on_one_distribution_at_most_five_percent_of_features_drift(rows):
+    rng = random.Random(rows)
+    flagged, judged, neighborhood = 0, 0, 0
+    for _ in range(30):
+        report = drift.drift_report(generated_day(rng, "2013-01-08", rows), window(rng, rows))
+        judged += sum(f["status"] in ("ok", "drift") for f in report["features"].values())
+        flagged += len(report["drifting"])
+        neighborhood += "neighborhood" in report["drifting"]
+    assert judged == 30 * 5
+    assert flagged / judged <= 0.05, f"{flagged} of {judged} unchanged features drift"
+    assert neighborhood <= 2  # a fixed JSD threshold of 0.1 flags all 30 at 140 rows
+
+
+@pytest.mark.parametrize(
+    ("rows", "carriers", "value"),
+    [
+        # At 140 rows a value needs a visible share: 20 % (28 rows) doubled to 40 %. A 5 %
+        # share doubled there is 7 rows against 14, within what a day draws by chance.
+        (140, [0.2, *[0.8 / 14] * 14], 0),
+        (1000, zipf(15, 1.2), 2),  # 10 % doubled to 20 %
+    ],
+    ids=["small", "normal"],
+)
+def test_a_real_shift_is_caught_at_a_days_size(rows, carriers, value):
+    rng = random.Random(rows)
+    caught = {"x": 0, "carrier": 0}
+    for _ in range(20):
+        reference = [
+            day(f"2013-01-{d + 1:02d}", carrier=categorical_of(rng.choices(CARRIERS, carriers, k=rows)), x=x)
+            for d, x in enumerate(numeric_of([rng.gauss(0, 1) for _ in range(rows)]) for _ in range(7))
+        ]
+        current = day(
+            "2013-01-08",
+            carrier=categorical_of(rng.choices(CARRIERS, doubled(carriers, value), k=rows)),
+            x=numeric_of([rng.gauss(0.5, 1) for _ in range(rows)]),  # half a standard deviation
+        )
+        report = drift.drift_report(current, reference)
+        for name in caught:
+            caught[name] += report["features"][name]["status"] == "drift"
+    assert caught == {"x": 20, "carrier": caught["carrier"]} and caught["carrier"] >= 18
+
+
+def test_the_same_statistics_give_the_same_report_byte_for_byte():
+    rng = random.Random(3)
+    current, reference = generated_day(rng, "2013-01-08", 140), window(rng, 140)
+    first = json.dumps(drift.drift_report(current, reference), allow_nan=False)
+    again = json.dumps(drift.drift_report(json.loads(json.dumps(current)), json.loads(json.dumps(reference))))
+    assert first == again
+    neighborhood = drift.drift_report(current, reference)["features"]["neighborhood"]
+    # The permutation null at 140 rows reaches past the fixed threshold of 0.1.
+    assert 0 < neighborhood["noise"] < neighborhood["noise_bound"] == neighborhood["threshold"]
+    assert neighborhood["noise_bound"] > 0.1 and neighborhood["other_left_out"]["day"] > 0
+
+
+def test_a_day_with_fewer_rows_than_min_rows_is_recorded_not_judged():
+    report = drift.check_drift(
+        day("2", distance=normal(3.0, count=20)),
+        [day("1", distance=normal(count=1000))],
+        {"action": "stop"},
+    )
+    distance = report["features"]["distance"]
+    assert distance["status"] == "too_few_rows" and distance["value"] > distance["threshold"]
+    assert distance["note"] == "20 row(s) on the day and 1000 in the earlier days; min_rows is 30"
+    assert report["status"] == "no_reference" and report["drifting"] == []
+    assert documents.problems("drift", report) == []
+    judged = drift.drift_report(
+        day("2", distance=normal(3.0, count=20)), [day("1", distance=normal())], {"min_rows": 20}
+    )
+    assert judged["features"]["distance"]["status"] == "drift"
+
+
+def test_an_ignored_feature_is_recorded_with_its_noise_never_drift():
+    report = drift.check_drift(
+        day("2", day_of_week=categorical({"3": 900}), distance=normal()),
+        [day("1", day_of_week=categorical({"2": 900}), distance=normal())],
+        {"action": "stop"},
+        ignore=["day_of_week"],
+    )
+    weekday = report["features"]["day_of_week"]
+    assert weekday["status"] == "ignored" and weekday["value"] == pytest.approx(1.0)
+    assert weekday["noise"] is not None and report["drifting"] == [] and report["status"] == "ok"

@@ -125,8 +125,9 @@ def test_compares_the_day_with_the_committed_earlier_days_and_writes_the_report(
     psi = report["features"]["distance"]["value"]
     # The task log (Airflow's structlog renders to the task's stdout): one line per feature.
     log = capfd.readouterr().out
-    assert f"drift distance psi={psi:.3f} (threshold 0.25) drift" in log
-    assert "drift carrier jsd=0.000 (threshold 0.1) ok" in log
+    noise = report["features"]["distance"]["noise"]
+    assert f"drift distance psi={psi:.3f} (noise {noise:.3f}, threshold 0.25), mean shift +1.000 sd" in log
+    assert "drift carrier jsd=0.000 (noise " in log
     assert log.count("] drift ") == 4
     assert sorted(p.name for p in (lake / "check_drift" / "toy" / f"dt={DS}").iterdir()) == ["drift.json"]
 
@@ -149,9 +150,22 @@ def test_stop_fails_the_task_after_writing_the_report(spec_path, lake):
 def test_an_override_from_the_trigger_form_changes_the_threshold(spec_path, lake):
     land_day(lake, "2013-01-03")
     land_day(lake, DS, shift=1.0)
-    op = make_op(spec_path("stop"), lake, overrides={"stages.check_drift.psi_threshold": "5"})
-    report = run(op)
-    assert report["features"]["distance"]["threshold"] == 5 and report["status"] == "ok"
+    overrides = {"stages.check_drift.psi_threshold": "5", "stages.check_drift.min_effect": "2"}
+    report = run(make_op(spec_path("stop"), lake, overrides=overrides))
+    distance = report["features"]["distance"]
+    assert distance["threshold"] == 5 and distance["shift"]["threshold"] == 2 and report["status"] == "ok"
+
+
+def test_a_column_marked_drift_ignore_is_recorded_never_judged(spec_path, lake):
+    land_day(lake, "2013-01-03")
+    land_day(lake, DS, shift=1.0)
+    path = spec_path("stop")
+    Path(path).write_text(Path(path).read_text().replace("role: numeric}", "role: numeric, drift: ignore}"))
+    report = run(make_op(path, lake))
+    distance = report["features"]["distance"]
+    assert distance["status"] == "ignored" and distance["value"] > distance["threshold"]
+    assert distance["note"] == "marked `drift: ignore` in the spec: recorded, never drift"
+    assert report["drifting"] == [] and report["status"] == "ok"
 
 
 def test_the_first_day_has_no_reference_and_does_not_fail(spec_path, lake):

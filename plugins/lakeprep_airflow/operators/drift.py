@@ -4,8 +4,10 @@ Reads only statistics, never data: the run's day's `_stats.json` (validate's, an
 preprocess's for reference-table columns when it wrote one) and those of the window's
 earlier days that exist and are committed (`_SUCCESS`). `lakeprep_airflow.drift`
 computes PSI (numeric) or Jensen-Shannon distance (categorical, text tokens) per
-feature; the report goes to `<lake>/check_drift/<dataset>/dt=<ds>/drift.json`
-(atomically) and is the task's XCom. With `stages.check_drift.action: stop` a drifting
+feature, each beside the noise its rows imply, and the largest shift of a mean or a
+value's share; a column marked `drift: ignore` is recorded, never judged. The report
+goes to `<lake>/check_drift/<dataset>/dt=<ds>/drift.json` (atomically) and is the
+task's XCom. With `stages.check_drift.action: stop` a drifting
 feature fails the task, after the report is written, naming feature, value and
 threshold; with `warn` (the default) it is logged and recorded.
 """
@@ -41,6 +43,11 @@ def judged_columns(spec: spec_mod.DatasetSpec) -> list[str]:
     """The spec's feature columns (raw, derived, reference), then the label (prior shift)."""
     features = [c["name"] for c in spec.all_columns() if c["role"] in spec_mod.FEATURE_ROLES]
     return [*features, spec.data["label"]["column"]]
+
+
+def ignored_columns(spec: spec_mod.DatasetSpec) -> list[str]:
+    """The columns marked `drift: ignore` (calendar features): recorded, never drift."""
+    return [c["name"] for c in spec.all_columns() if c.get("drift") == drift.IGNORE]
 
 
 class DriftCheckOperator(RunSpecMixin, BaseOperator):
@@ -114,7 +121,9 @@ class DriftCheckOperator(RunSpecMixin, BaseOperator):
             "dataset": spec.name,
             "logical_date": self.run_ds,
             "run_id": context.get("run_id") or "",
-            **drift.drift_report(current, reference, params, columns=self._present(spec, current)),
+            **drift.drift_report(
+                current, reference, params, columns=self._present(spec, current), ignore=ignored_columns(spec)
+            ),
             "stats_files": stats_files,
         }
         documents.require("drift", report, f"drift report of {spec.name} {self.run_ds}")
