@@ -83,7 +83,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "fraction",
             1.0,
             {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-            "share of each class kept, exactly per stratum and split",
+            "share of each class kept, exactly per stratum, within one row per split",
             FormField("sample_fraction", "Sample fraction", "Sampling"),
         ),
         Knob(
@@ -94,8 +94,8 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
                 "propertyNames": {"pattern": "^-?[0-9]+$"},
                 "additionalProperties": _FRACTION,
             },
-            "per-class shares, keys are class values as strings; each stratum and split keeps "
-            "exactly `floor(share * n + 1/2)` of its n rows",
+            "per-class shares, keys are class values as strings; each stratum keeps exactly "
+            "`floor(share * n + 1/2)` of its n rows, shared among its splits by largest remainder",
         ),
         Knob(
             "class_counts",

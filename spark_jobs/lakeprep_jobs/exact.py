@@ -39,8 +39,11 @@ B). The plan's cut ranks, hence the counts, are known before the selection runs.
 Rounding: `round_half_up(share, n) = floor(share * n + 1/2)`, computed on the decimal
 value of `share` as written (Python's `round` rounds half to even: `round(2.5) == 2`, and
 `0.15 * 10` is `1.4999999999999998` in binary floating point; here 0.5 of 5 is 3 and
-0.15 of 10 is 2). `largest_remainder` floors every quota and gives the rows left over to
-the largest remainders, ties to the earlier share.
+0.15 of 10 is 2). `apportion` shares a total among parts with given quotas: every
+part gets its quota's floor, and the rows left over go one each to the largest remainders,
+ties in a given order, so each count is within one row of its quota;
+`largest_remainder` is that with quotas in proportion to shares, ties to the earlier
+share.
 
 The key columns should identify a row (`id` after preprocess): rows with equal keys and
 equal hashes tie, and which of them is taken is then up to Spark (the counts stay exact).
@@ -70,7 +73,7 @@ _P = "_exact_"  # prefix of the helper columns
 _ALL = f"{_P}all"  # the one stratum of `strata=[]`
 
 
-def _decimal(x: float | int | Fraction) -> Fraction:
+def as_decimal(x: float | int | Fraction) -> Fraction:
     """`x` as the decimal it was written as: `0.15` is 3/20, not the binary float near it."""
     if isinstance(x, Fraction | int):
         return Fraction(x)
@@ -79,25 +82,51 @@ def _decimal(x: float | int | Fraction) -> Fraction:
 
 def round_half_up(share: float | int | Fraction, n: int) -> int:
     """`floor(share * n + 1/2)` with `share` taken as the decimal it was written as."""
-    return math.floor(_decimal(share) * n + Fraction(1, 2))
+    return math.floor(as_decimal(share) * n + Fraction(1, 2))
+
+
+def apportion(
+    quotas: Sequence[float | int | Fraction], total: int, ties: Sequence[Any] | None = None
+) -> list[int]:
+    """Counts summing to `total`, each its quota's floor or one more.
+
+    Every count starts at the floor of its quota (taken as the decimal written); the
+    `total - sum(floors)` rows left over go one each to the largest remainders (quota less
+    floor), ties to the smaller `ties` value (default: the earlier quota). `total` must lie
+    between the floors' sum and that sum plus the number of quotas with a remainder, so no
+    count is a whole row or more from its quota; otherwise ValueError.
+    """
+    exact = [as_decimal(q) for q in quotas]
+    if any(q < 0 for q in exact):
+        raise ValueError(f"quotas {list(quotas)!r} must be >= 0")
+    order_of = list(ties) if ties is not None else list(range(len(exact)))
+    if len(order_of) != len(exact):
+        raise ValueError(f"{len(order_of)} tie values for {len(exact)} quotas")
+    counts = [math.floor(q) for q in exact]
+    fractional = [i for i, q in enumerate(exact) if q != counts[i]]
+    left = total - sum(counts)
+    if not 0 <= left <= len(fractional):
+        raise ValueError(
+            f"a total of {total} cannot be shared over quotas {[str(q) for q in exact]} within one "
+            f"row of each: it must be in {sum(counts)}..{sum(counts) + len(fractional)}"
+        )
+    fractional.sort(key=lambda i: (-(exact[i] - counts[i]), order_of[i], i))
+    for i in fractional[:left]:
+        counts[i] += 1
+    return counts
 
 
 def largest_remainder(shares: Sequence[float | int | Fraction], n: int) -> list[int]:
     """Counts summing to `n` in proportion to `shares` (which must sum to a positive value).
 
     Each count is the floor of its quota `n * share / sum(shares)`; the rows left over go
-    one each to the largest remainders, ties to the earlier share.
+    one each to the largest remainders, ties to the earlier share (`apportion`).
     """
-    exact = [_decimal(s) for s in shares]
+    exact = [as_decimal(s) for s in shares]
     total = sum(exact)
     if total <= 0 or any(s < 0 for s in exact):
         raise ValueError(f"shares {list(shares)!r} must be >= 0 with a positive sum")
-    quotas = [n * s / total for s in exact]
-    counts = [math.floor(q) for q in quotas]
-    order = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - counts[i]), i))
-    for i in order[: n - sum(counts)]:
-        counts[i] += 1
-    return counts
+    return apportion([n * s / total for s in exact], n)
 
 
 def hash_order(key_cols: Sequence[str], seed: int | str) -> Column:

@@ -17,14 +17,21 @@ A stratum is a value of the label (default) or a combination of the `strata` col
    depend on the day's partition (a rerun over other rows can move the rows near a cut
    to a neighbouring split), while the threshold depends on the id alone. Both use one
    hash, so the two modes disagree only near the cuts.
-2. **Volume.** Each stratum x split cell of n rows keeps exactly `round_half_up(f, n) =
-   floor(f * n + 1/2)` rows (f from `class_fractions` for the cell's class, else
-   `fraction`; Python's `round` would round 2.5 to 2), or, for a class in `class_counts`,
-   the class keeps exactly min(count, rows of the class) rows per day, shared among its
-   cells in proportion to their sizes (largest remainder). The rows kept are the first
-   of the cell in the order of hash(id, seed): the same input and seed give the same
-   sample whatever the partitioning, the executor count or the row order, and a larger
-   fraction keeps a superset.
+2. **Volume.** Each stratum of n rows keeps exactly `round_half_up(f, n) =
+   floor(f * n + 1/2)` rows (f from `class_fractions` for its class, else `fraction`;
+   Python's `round` would round 2.5 to 2), or, for a class in `class_counts`, the class
+   keeps exactly min(count, rows of the class) rows per day. That total is shared among
+   the stratum's (or the class's) split cells by largest remainder on their quotas (f *
+   rows of the cell, or count * rows of the cell / rows of the class): each cell keeps its
+   quota's floor or one row more, less than one row from its quota, ties in the order of
+   a hash of the seed, the cell and the sizes of the cells sharing the total (so no split
+   is rounded up or down every day). Not each cell rounded on its own: the halves would
+   add up (8 of a 14-row class split 11/2/1 at 0.5, 57 %). The rows kept are the
+   first of the cell in the order of hash(id, seed): the same input and seed give the
+   same sample whatever the partitioning, the executor count or the row order. A cell's
+   samples at two fractions are nested (both are the first rows of the cell's order); a
+   larger fraction keeps a superset, except where a cell's share of the rounding moved
+   to another cell (one row at most), and always with one cell per stratum.
 
 Both exact steps are `lakeprep_jobs.exact` (a histogram pass, then a selection that
 ranks only the rows of the cut buckets; the module docstring counts the passes). The
@@ -38,8 +45,10 @@ more aggregation, for the counts per class.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
@@ -148,32 +157,53 @@ def _cell_order(key: exact.StratumKey) -> tuple:
     return (*((v is None, 0 if v is None else v) for v in values), SPLITS.index(split))
 
 
+def _tie_order(p: SampleParams, cell: exact.StratumKey, group: Sequence[int]) -> bytes:
+    """Where a cell stands among cells of equal remainder: a hash of the seed, the cell
+    (stratum and split) and the sizes of every cell its total is shared among.
+
+    Not the split order: with fraction 0.5 every odd cell ties, and a fixed order would
+    round the same split of a class down on every such day (the small validation and test
+    cells of a small class most of all). The sizes make the winner change from day to day,
+    with no split favoured; the hash makes it the same on every rerun of the same rows.
+    """
+    *stratum, split = cell
+    name = stratum_name(p.strata_columns, tuple(stratum))
+    text = "\x1f".join([str(p.seed), name, str(split), *map(str, group)])
+    return hashlib.sha256(text.encode()).digest()
+
+
 def cell_counts(
     p: SampleParams, cells: Sequence[str]
 ) -> Callable[[Mapping[exact.StratumKey, int]], dict[exact.StratumKey, int]]:
     """Rows to keep per (strata..., split) cell, from every cell's size.
 
-    A cell of class c keeps `round_half_up(fraction for c, n)`; a class in `class_counts`
-    keeps min(count, its rows) in all, apportioned over its cells by size (largest
-    remainder, ties to the first cell in stratum then split order).
+    A stratum of n rows whose class has a fraction f keeps exactly `round_half_up(f, n)`;
+    a class in `class_counts` keeps exactly min(count, its rows), over all its strata.
+    Either total is shared among the cells by largest remainder (`exact.apportion`): a
+    cell of c rows gets floor(q) or floor(q) + 1 of its quota q (f * c, or count * c /
+    rows of the class), ties in the order of `_tie_order`.
     """
     label_at = cells.index(layout.LABEL) if layout.LABEL in cells else None
 
     def counts(sizes: Mapping[exact.StratumKey, int]) -> dict[exact.StratumKey, int]:
+        groups: dict[tuple[Any, ...], list[exact.StratumKey]] = {}
+        for key in sizes:
+            label = str(key[label_at]) if label_at is not None else None
+            group = ("class", label) if label in p.class_counts else ("stratum", *key[:-1])
+            groups.setdefault(group, []).append(key)
         out: dict[exact.StratumKey, int] = {}
-        by_class: dict[str, list[exact.StratumKey]] = {}
-        for key, n in sizes.items():
-            label = key[label_at] if label_at is not None else None
-            if str(label) in p.class_counts:
-                by_class.setdefault(str(label), []).append(key)
-            else:
-                out[key] = exact.round_half_up(p.fraction_for(label), n)
-        for label, keys in by_class.items():
+        for group, keys in groups.items():
             keys.sort(key=_cell_order)
             rows = sum(sizes[k] for k in keys)
-            want = min(p.class_counts[label], rows)
-            shares = exact.largest_remainder([sizes[k] for k in keys], want) if rows else [0] * len(keys)
-            out.update(zip(keys, shares, strict=True))
+            if group[0] == "class":
+                want = min(p.class_counts[group[1]], rows)
+                quotas = [Fraction(want * sizes[k], rows) for k in keys]
+            else:
+                f = exact.as_decimal(p.fraction_for(keys[0][label_at] if label_at is not None else None))
+                want = exact.round_half_up(f, rows)
+                quotas = [f * sizes[k] for k in keys]
+            ties = [_tie_order(p, k, [sizes[c] for c in keys]) for k in keys]
+            out.update(zip(keys, exact.apportion(quotas, want, ties), strict=True))
         return out
 
     return counts

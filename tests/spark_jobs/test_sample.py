@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 import math
 import random
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
@@ -112,6 +114,80 @@ def test_every_split_of_every_class_is_sampled_exactly(spark):
     }
 
 
+def half_up(f: float, n: int) -> int:
+    """f * n rounded half up in decimal arithmetic (the test's own rounding, not exact's)."""
+    return int((Decimal(str(f)) * n).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+
+
+def test_a_class_keeps_half_up_of_its_rows_not_of_each_split_cell(spark):
+    # 14 rows of class 1 split exactly 11/2/1: each cell rounded half up kept 6 + 1 + 1 = 8
+    # (57 %); the class keeps 7 (0.5 of 14), shared by largest remainder (5.5, 1, 0.5).
+    df = spark.createDataFrame(rows(1000, 14), SCHEMA)
+    p = SampleParams(label_classes=[0, 1], fraction=0.5, stratify_splits=True, splits=SPLITS, seed=3)
+
+    out = counts_by(sampled(df, p, bucket_bits=2), "label", "split")
+
+    assert sum(n for (label, _), n in out.items() if label == 1) == 7
+    # Validation keeps its 1; the tied half rows of train and test: one of them rounds up.
+    assert out[(1, "validation")] == 1
+    assert (out[(1, "train")], out.get((1, "test"), 0)) in {(6, 0), (5, 1)}
+    assert (out[(0, "train")], out[(0, "validation")], out[(0, "test")]) == (400, 50, 50)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_every_stratum_keeps_exactly_half_up_of_f_n_over_many_sizes_and_shares(seed):
+    cells = ("label", "split")
+    draw = random.Random(seed)
+    fractions = [0.5, 0.25, 0.75, 0.1, 0.15, 0.3, 1 / 3, 0.05, 0.0, 1.0]
+    shares = [
+        SPLITS,
+        {"train": 0.6, "validation": 0.2, "test": 0.2},
+        {"train": 0.5, "validation": 0.5, "test": 0.0},
+    ]
+    ties = 0
+    for case in range(400):
+        f = {str(c): draw.choice(fractions) for c in (0, 1, 2)}
+        p = SampleParams(label_classes=[0, 1, 2], class_fractions=f, seed=seed, splits=shares[case % 3])
+        sizes = {}
+        for label in (0, 1, 2):
+            n = draw.choice([1, 2, 3, 5, 7, 14, 15, 41, draw.randrange(1, 5000)])
+            by_split = exact.largest_remainder([p.splits[s] for s in sample.SPLITS], n)
+            if case % 2:  # or any cut: cells of the hash split are not in proportion
+                cut = sorted(draw.randrange(0, n + 1) for _ in range(2))
+                by_split = [cut[0], cut[1] - cut[0], n - cut[1]]
+            sizes.update({(label, s): k for s, k in zip(sample.SPLITS, by_split, strict=True) if k})
+        shuffled = list(sizes.items())
+        draw.shuffle(shuffled)
+
+        kept = sample.cell_counts(p, cells)(sizes)
+
+        assert sample.cell_counts(p, cells)(dict(shuffled)) == kept  # not the cells' order
+        for label in (0, 1, 2):
+            n = sum(k for (lbl, _), k in sizes.items() if lbl == label)
+            total = sum(k for (lbl, _), k in kept.items() if lbl == label)
+            assert total == half_up(f[str(label)], n), (f, sizes)
+        for (label, split), k in kept.items():
+            quota = Fraction(str(f[str(label)])) * sizes[(label, split)]
+            assert abs(k - quota) < 1 and 0 <= k <= sizes[(label, split)], (f, label, split, sizes)
+            ties += quota.denominator == 2
+    assert ties > 100  # halves, the cells the tie rule decides, were among them
+
+
+def test_tied_cells_are_not_always_decided_for_the_same_split():
+    # Every odd cell ties at 0.5; a fixed split order would always round the same split up.
+    p = SampleParams(label_classes=[0, 1], fraction=0.5)
+    count = sample.cell_counts(p, ("label", "split"))
+    rounded_up = {s: 0 for s in sample.SPLITS}
+    for n in range(200):
+        sizes = {(1, "train"): 2 * n + 1, (1, "validation"): 1, (1, "test"): 1}  # 3 halves, 2 up
+        kept = count(sizes)
+        assert sum(kept.values()) == n + 2
+        for (_, split), k in kept.items():
+            rounded_up[split] += k * 2 > sizes[(1, split)]
+    assert sum(rounded_up.values()) == 400
+    assert all(100 < up < 170 for up in rounded_up.values()), rounded_up
+
+
 def test_class_counts_are_exact_per_day_capped_and_shared_among_the_splits_by_size(spark):
     df = spark.createDataFrame(rows(2000, 7, 30), SCHEMA)
     p = SampleParams(
@@ -133,10 +209,11 @@ def test_class_counts_are_exact_per_day_capped_and_shared_among_the_splits_by_si
         (1, "train"): 5,
         (1, "validation"): 1,
         (1, "test"): 1,
-        # No count: the fraction, per cell of 24/3/3.
+        # No count: 0.5 of the class's 30 rows, 15, over cells of 24/3/3 (12, 1.5, 1.5):
+        # the tied half row goes to validation by the tie hash.
         (2, "train"): 12,
         (2, "validation"): 2,
-        (2, "test"): 2,
+        (2, "test"): 1,
     }
 
 
@@ -292,15 +369,14 @@ def test_several_strata_columns_are_exact_per_combination(spark):
         (0, "JFK", "train"): 15,
         (0, "JFK", "validation"): 5,
         (0, "JFK", "test"): 5,
-        (0, "LGA", "train"): 4,
-        (0, "LGA", "validation"): 2,  # 1.5
+        (0, "LGA", "train"): 4,  # 13 rows keep 7 (6.5): 4, 1.5, 1 -> the half row to validation
+        (0, "LGA", "validation"): 2,
         (0, "LGA", "test"): 1,
-        (1, "JFK", "train"): 3,  # 2.5
+        (1, "JFK", "train"): 3,  # 9 rows keep 5 (4.5): 2.5, 1, 1
         (1, "JFK", "validation"): 1,
         (1, "JFK", "test"): 1,
-        (1, "EWR", "train"): 1,
-        (0, None, "train"): 1,
-        (0, None, "validation"): 1,
+        (1, "EWR", "train"): 1,  # 0.5 of 1 row
+        (0, None, "train"): 1,  # 4 rows keep 2: 1, 0.5, 0.5, the tie to test by the tie hash
         (0, None, "test"): 1,
     }
 
@@ -467,7 +543,8 @@ def test_run_reports_each_stratum_and_split_of_the_hash_split(spark, tmp_path):
     for label, by_split in report["strata"].items():
         for split, cell in by_split.items():
             assert cell["after"] == written.get((int(label), split), 0)
-            assert cell["after"] == math.floor(cell["before"] * 0.25 + 0.5)
+            assert abs(cell["after"] - cell["before"] * 0.25) < 1
+    assert report["class_counts_after"] == {"0": 125, "1": 15}  # 0.25 of 500 and of 60
     assert sum(c["before"] for by in report["strata"].values() for c in by.values()) == 560
 
 
