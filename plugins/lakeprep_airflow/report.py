@@ -207,6 +207,13 @@ def _balance_section(day: dict[str, Any]) -> str:
     return _section("class-balance", *body)
 
 
+def _shift_cell(shift: dict[str, Any] | None) -> str:
+    """`mean +0.512 (0.090, 0.254)`: a feature's largest shift beside its noise and threshold."""
+    if not shift:
+        return "-"
+    return f"{shift['measure']} {shift['value']:+.3f} ({shift['noise']:.3f}, {shift['threshold']:.3g})"
+
+
 def _drift_section(day: dict[str, Any]) -> str:
     d = day.get("drift")
     if not d:
@@ -215,9 +222,17 @@ def _drift_section(day: dict[str, Any]) -> str:
     measured = {n: f for n, f in features.items() if f["value"] is not None}
     head = f"<p>Against {d['reference_days']} earlier day(s) of the window: <b>{_e(d['status'])}</b>.</p>"
     table = _table(
-        ["feature", "metric", "value", "threshold", "status"],
+        ["feature", "metric", "value", "noise", "threshold", "shift (noise, threshold)", "status"],
         [
-            [n, f["metric"], "-" if f["value"] is None else f"{f['value']:.4f}", f["threshold"], f["status"]]
+            [
+                n,
+                f["metric"],
+                "-" if f["value"] is None else f"{f['value']:.4f}",
+                "-" if f.get("noise") is None else f"{f['noise']:.4f}",
+                f"{f['threshold']:.4g}",
+                _shift_cell(f.get("shift")),
+                f["status"],
+            ]
             for n, f in features.items()
         ],
     )

@@ -144,7 +144,7 @@ def _drift_view(drift: dict[str, Any] | None) -> dict[str, Any] | None:
         "status": drift["status"],
         "reference_days": len(drift.get("reference_partitions", [])),
         "features": {
-            name: {k: f.get(k) for k in ("metric", "value", "threshold", "status")}
+            name: {k: f.get(k) for k in ("metric", "value", "noise", "threshold", "shift", "status")}
             for name, f in drift["features"].items()
         },
     }
@@ -236,7 +236,15 @@ def render(day: dict[str, Any]) -> str:
         lines.append(f"drift against {d['reference_days']} earlier day(s): {d['status']}")
         for name, f in d["features"].items():
             value = "-" if f["value"] is None else f"{f['value']:.4f}"
-            lines.append(f"  {name}: {f['metric']} {value} (threshold {f['threshold']}) {f['status']}")
+            noise = "" if f.get("noise") is None else f"noise {f['noise']:.4f}, "
+            line = f"  {name}: {f['metric']} {value} ({noise}threshold {f['threshold']:.4g})"
+            shift = f.get("shift")
+            if shift:
+                line += (
+                    f", {shift['measure']} shift {shift['value']:+.3f} "
+                    f"(noise {shift['noise']:.3f}, threshold {shift['threshold']:.3g})"
+                )
+            lines.append(f"{line} {f['status']}")
     t = day["transform"]
     if t:
         lines.append(f"transform: {t['uri']} (fitted on {t['fitted_on_rows']} train rows of the window)")

@@ -121,6 +121,7 @@ def _drift() -> dict:
                 "kind": "numeric",
                 "metric": "psi",
                 "value": 3.92,
+                "noise": 0.0412,
                 "threshold": 0.25,
                 "status": "drift",
             },
@@ -389,7 +390,7 @@ def test_the_report_has_every_section_with_embedded_png_plots(lake):
     assert "null label (delayed) 7" in text["quarantine"] and "duplicate id 2" in text["quarantine"]
     assert "train balanced {'0': 60, '1': 60}" in text["class-balance"]
     assert "the day before sampling {'0': 80, '1': 28}" in text["class-balance"]
-    assert "temp psi 3.9200 0.25 drift" in text["drift"] and "drift" in text["drift"].split(":")[1]
+    assert "temp psi 3.9200 0.0412 0.25 - drift" in text["drift"] and "drift" in text["drift"].split(":")[1]
     assert "PCA: 2 component(s), 93.0% of the variance" in text["transform"]
     assert "precip variance 0 - no variance 0 <= min_variance 1e-06" in text["transform"]
     assert (

@@ -438,7 +438,7 @@ def fit(
                 model, manifest, "validation", device, rank=env.rank, world_size=env.world_size
             )
             log.info(
-                "epoch %d: validation scored with the other ranks in %.2f s on this rank",
+                "validation of epoch %d scored with the other ranks in %.2f s on this rank",
                 epoch + 1,
                 time.perf_counter() - evaluating,
             )
