@@ -5,10 +5,11 @@
 Each file gets the full validation that parsing the DAG and starting a task apply (JSON
 Schema, names and roles, header names and null tokens, the time zone, every derived and
 reference expression parsed with sqlglot, derived ones resolved against the contract
-and translated for serving), then a summary of what was checked. The exit status is 0
-when every file is valid, 1 when any is not (each error names the file and the field),
-2 when no file was given or found. Without arguments it checks the pipelines folder
-(`$LAKEPREP_PIPELINES_DIR`, else `<repo>/pipelines`).
+and translated for serving), then a summary of what was checked and any warnings
+(`warn`: valid, but validate will refuse a file holding raw names that differ only in
+case). The exit status is 0 when every file is valid, 1 when any is not (each error
+names the file and the field), 2 when no file was given or found. Without arguments it
+checks the pipelines folder (`$LAKEPREP_PIPELINES_DIR`, else `<repo>/pipelines`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,27 @@ def describe(spec: DatasetSpec) -> list[str]:
     return lines
 
 
+def warnings(spec: DatasetSpec) -> list[str]:
+    """What is valid but likely to fail at run time, one line each.
+
+    Raw names that differ only in case (surrounding whitespace is refused outright):
+    validate refuses a file holding both, since Spark resolves names without case and
+    validate could not tell which header holds which column.
+    """
+    by_key: dict[str, list[str]] = {}
+    for i, col in enumerate(spec.data["columns"]):
+        header = col.get("raw_name", col["name"])
+        by_key.setdefault(header.strip().casefold(), []).append(
+            f"columns.{i} ({col['name']}) reads {header!r}"
+        )
+    return [
+        f"{'; '.join(reads)}: these differ only in case, and validate refuses a file holding "
+        "both (it cannot tell them apart); have the feed name them apart"
+        for reads in by_key.values()
+        if len(reads) > 1
+    ]
+
+
 def check(paths: Sequence[Path]) -> tuple[int, list[str]]:
     """(number of invalid files, report lines) for `paths`."""
     failed = 0
@@ -65,6 +87,7 @@ def check(paths: Sequence[Path]) -> tuple[int, list[str]]:
             continue
         out.append(f"ok   {path}: dataset {spec.name!r} (DAG {spec.dag_id})")
         out += [f"     {line}" for line in describe(spec)]
+        out += [f"warn {path}: {line}" for line in warnings(spec)]
     return failed, out
 
 

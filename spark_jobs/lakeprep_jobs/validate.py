@@ -42,7 +42,7 @@ import dataclasses
 import functools
 import re
 import zoneinfo
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
@@ -82,6 +82,7 @@ RESERVED_OPTIONS = ("mode", "columnNameOfCorruptRecord")
 WHITESPACE = " \t\n\r\f\v"
 REPLACEMENT_CHARACTER = "\ufffd"
 SESSION_TIME_ZONE = "spark.sql.session.timeZone"
+CASE_SENSITIVE = "spark.sql.caseSensitive"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,13 +162,41 @@ def _option(options: dict[str, str], name: str, default: str) -> str:
     return next((v for k, v in options.items() if k.lower() == name.lower()), default)
 
 
+def _name_key(header: str) -> str:
+    """What makes two header names one column: surrounding whitespace and case ignored.
+
+    validate compares headers without surrounding whitespace; Spark resolves names without
+    case (it renames such CSV headers `Value0`/`value1` and refuses such JSON keys).
+    """
+    return header.strip().casefold()
+
+
+def _refuse_colliding(headers: Sequence[str], p: ValidateParams, where: str, files: Sequence[str]) -> None:
+    """Raise ContractError for headers that are one contract column's name but for case or
+    surrounding whitespace: which one holds the column's values cannot be told."""
+    groups: dict[str, list[str]] = {}
+    for header in headers:
+        groups.setdefault(_name_key(header), []).append(header)
+    for col in p.columns:
+        same = groups.get(_name_key(raw_name(col)), [])
+        if len(same) > 1:
+            raise ContractError(
+                f"partition {where}: {', '.join(files)} has headers {same} for column "
+                f"{col['name']!r} ({raw_name(col)!r}): they are one name once surrounding whitespace "
+                "and case are ignored, so which holds the column cannot be told; rename or drop "
+                "one in the feed"
+            )
+
+
 def _contract_frame(
-    df: DataFrame, names: dict[str, str], p: ValidateParams, where: str, files: Sequence[str]
+    df: DataFrame, names: Sequence[tuple[str, str]], p: ValidateParams, where: str, files: Sequence[str]
 ) -> tuple[DataFrame, list[str]]:
     """Map one read to the contract: a string column per contract column, `_raw`, corrupt, file.
 
-    `names` maps each of the file's header names (JSON keys, Parquet columns) to its
-    column in `df`. Header names are compared with surrounding whitespace removed.
+    `names` pairs each of the file's header names (JSON keys, Parquet columns), as the
+    file spells them, with its column in `df`. Header names are compared with surrounding
+    whitespace removed; headers that a contract column would read but for case or
+    surrounding whitespace are refused (`_refuse_colliding`).
     `_raw` is a struct of the record's values (strings) under the file's own names;
     `flag_rows` writes it as JSON on the rows it quarantines, and only on those (the JSON
     of every other row was thrown away).
@@ -175,14 +204,17 @@ def _contract_frame(
     """
     from pyspark.sql import functions as F
 
+    _refuse_colliding([h for h, _ in names], p, where, files)
     by_name: dict[str, str] = {}
-    for header, column in names.items():
+    for header, column in names:
         by_name.setdefault(header.strip(), column)
     missing = [c for c in p.columns if raw_name(c) not in by_name]
     if missing:
-        wanted = [
-            c["name"] if raw_name(c) == c["name"] else f"{c['name']} ({raw_name(c)!r})" for c in missing
-        ]
+        wanted = []
+        for c in missing:
+            name = c["name"] if raw_name(c) == c["name"] else f"{c['name']} ({raw_name(c)!r})"
+            other = [h for h in by_name if _name_key(h) == _name_key(raw_name(c))]
+            wanted.append(name + (f", not {other[0]!r}: names are matched with their case" if other else ""))
         raise ContractError(
             f"partition {where}: required column(s) {wanted} missing from {', '.join(files)}; "
             f"found {sorted(by_name)}"
@@ -191,7 +223,7 @@ def _contract_frame(
     extra = sorted(h for h in by_name if h not in used)
     frame = df.select(
         *[F.col(_quoted(by_name[raw_name(c)])).cast("string").alias(c["name"]) for c in p.columns],
-        F.struct(*[F.col(_quoted(col)).cast("string").alias(h) for h, col in names.items()]).alias(RAW),
+        F.struct(*[F.col(_quoted(col)).cast("string").alias(h) for h, col in names]).alias(RAW),
         F.col(CORRUPT).cast("string").alias(CORRUPT),
         # The scan's own name for the file (URI-encoded; Spark's `_metadata.file_path` is the
         # same file, but carrying a metadata column copies every row the scan reads: a
@@ -199,6 +231,23 @@ def _contract_frame(
         F.input_file_name().alias(SOURCE_FILE),
     )
     return frame, extra
+
+
+def _csv_header(spark: SparkSession, file: str, options: dict[str, str]) -> tuple[str, ...]:
+    """The file's header names as the file spells them.
+
+    Spark's header names are one small job (the first record). Spark makes them unique
+    before anyone sees them (CSVUtils.makeSafeHeader): an empty name becomes `_c<i>`, and
+    names equal but for case become `<name><i>` (`Value`, `value` -> `Value0`, `value1`),
+    i being the column's position. Only when a name ends with its own position is the
+    first record read again as data (a second small job), so the file's own names are
+    compared.
+    """
+    header = spark.read.options(**options).csv(file).columns
+    if not any(name.endswith(str(i)) for i, name in enumerate(header)):
+        return tuple(header)
+    first = spark.read.options(**options).option("header", "false").csv(file).head()
+    return tuple(v or "" for v in first)
 
 
 def _read_csv(
@@ -214,8 +263,7 @@ def _read_csv(
         # whose feed added or reordered columns. Reading a header is one small job per file
         # (the first record only); files with the same header are then read together.
         for f in files:
-            header = tuple(spark.read.options(**options).csv(f).columns)
-            groups.setdefault(header, []).append(f)
+            groups.setdefault(_csv_header(spark, f, options), []).append(f)
     else:
         groups[tuple(raw_name(c) for c in p.columns)] = list(files)
     reads = []
@@ -233,8 +281,41 @@ def _read_csv(
             .schema(schema)
             .csv(group)
         )
-        reads.append(_contract_frame(df, {h: f"_c{i}" for i, h in enumerate(header)}, p, where, group))
+        reads.append(_contract_frame(df, [(h, f"_c{i}") for i, h in enumerate(header)], p, where, group))
     return reads
+
+
+def _keys_read(
+    spark: SparkSession, read: Callable[[], DataFrame], where: str, files: Sequence[str]
+) -> DataFrame:
+    """`read()`, or a ContractError naming the keys (columns) that differ only in case.
+
+    Spark resolves names without case, so it refuses a JSON or Parquet schema holding
+    `Value` and `value` (COLUMN_ALREADY_EXISTS, naming one of them and no file); they are
+    named by reading the schema again case-sensitively.
+    """
+    from pyspark.errors import AnalysisException
+
+    try:
+        return read()
+    except AnalysisException as err:
+        if err.getCondition() != "COLUMN_ALREADY_EXISTS":
+            raise
+        previous = spark.conf.get(CASE_SENSITIVE)
+        spark.conf.set(CASE_SENSITIVE, "true")
+        try:
+            keys = read().columns
+        finally:
+            spark.conf.set(CASE_SENSITIVE, previous)
+        groups: dict[str, list[str]] = {}
+        for key in keys:
+            groups.setdefault(key.casefold(), []).append(key)
+        same = [names for names in groups.values() if len(names) > 1]
+        raise ContractError(
+            f"partition {where}: {', '.join(files)} has keys {same} that differ only in case; "
+            "Spark reads names without case, so it cannot tell them apart; rename or drop one "
+            "in the feed"
+        ) from err
 
 
 def _read_other(
@@ -250,7 +331,7 @@ def _read_other(
             .option("columnNameOfCorruptRecord", CORRUPT)
             .option("primitivesAsString", "true")
         )
-        df = reader.json(files)
+        df = _keys_read(spark, lambda: reader.json(files), where, files)
         if not [c for c in df.columns if c != CORRUPT]:
             # Every line is malformed, so inference found no keys: that is malformed records,
             # not missing columns. Read again with the contract's keys to quarantine them.
@@ -258,14 +339,14 @@ def _read_other(
             schema = StructType([StructField(k, StringType()) for k in keys])
             df = reader.schema(schema).json(files)
     elif p.format == "parquet":
-        df = reader.parquet(*files)
+        df = _keys_read(spark, lambda: reader.parquet(*files), where, files)
     else:
         # Spark's text reader: `value` per line, or per file with wholetext. A text file has
         # no record structure to break, so nothing is ever malformed here.
         df = reader.text(files, wholetext=p.text_per == "file").withColumnRenamed("value", p.text_column)
     if CORRUPT not in df.columns:
         df = df.withColumn(CORRUPT, F.lit(None).cast("string"))
-    return _contract_frame(df, {c: c for c in df.columns if c != CORRUPT}, p, where, files)
+    return _contract_frame(df, [(c, c) for c in df.columns if c != CORRUPT], p, where, files)
 
 
 def empty_raw(spark: SparkSession, p: ValidateParams) -> DataFrame:

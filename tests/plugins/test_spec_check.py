@@ -197,6 +197,19 @@ def test_spec_check_exits_non_zero_naming_file_and_field(tmp_path, capsys):
     assert out.strip().endswith("1 of 2 spec(s) valid")
 
 
+def test_spec_check_warns_about_raw_names_that_differ_only_in_case(tmp_path, capsys):
+    path = write_spec(tmp_path, lambda d: d["columns"][11].update(raw_name="Carrier"))
+    assert spec_check.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"warn {path}: columns.9 (carrier) reads 'carrier'; columns.11 (tailnum) reads 'Carrier': "
+        "these differ only in case, and validate refuses a file holding both"
+    ) in out
+    assert out.strip().endswith("1 of 1 spec(s) valid")
+    spec_check.main([str(FLIGHTS)])
+    assert "\nwarn " not in capsys.readouterr().out
+
+
 def test_spec_check_without_specs_exits_2(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LAKEPREP_PIPELINES_DIR", str(tmp_path))
     assert spec_check.main([]) == 2

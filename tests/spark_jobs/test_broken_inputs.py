@@ -108,6 +108,33 @@ CASES = {
         {"part-00000.csv": corpus("good.csv"), "part-00001.csv": corpus("removed_column.csv")},
         error=r"required column\(s\) \[\"kind \('Kind'\)\"\] missing from \S+part-00001.csv",
     ),
+    # Headers are one name once surrounding whitespace and case are ignored: which one holds
+    # the column cannot be told (Spark renames CSV headers equal but for case `Kind2`/`kind6`).
+    "headers equal but for surrounding whitespace": Case(
+        {"part-00000.csv": HEADER.replace(b"\n", b", Amount (USD)\n") + b"w1,5,book,,,0,6\n"},
+        error=r"part-00000.csv has headers \['Amount \(USD\)', ' Amount \(USD\)'\] for column 'amount' "
+        r"\('Amount \(USD\)'\): they are one name once surrounding whitespace and case are ignored",
+    ),
+    "headers equal but for case": Case(
+        {"part-00000.csv": HEADER.replace(b"\n", b",kind\n") + b"c1,5,book,,,0,toy\n"},
+        error=r"has headers \['Kind', 'kind'\] for column 'kind'",
+    ),
+    "extra headers equal but for case": Case(
+        {"part-00000.csv": HEADER.replace(b"\n", b",Coupon,coupon\n") + b"c1,5,book,,,0,a,b\n"},
+        1,
+        1,
+        extra_columns=("Coupon", "coupon"),
+    ),
+    "JSON keys equal but for surrounding whitespace": Case(
+        {"part-00000.jsonl": b'{"Order ID": "x1", "Kind": "book", " Kind": "toy", "Delayed": 0}\n'},
+        error=r"has headers \[' Kind', 'Kind'\] for column 'kind'",
+        format="json",
+    ),
+    "JSON keys equal but for case": Case(
+        {"part-00000.jsonl": b'{"Order ID": "x1", "Kind": "book", "kind": "toy", "Delayed": 0}\n'},
+        error=r"part-00000.jsonl has keys \[\['Kind', 'kind'\]\] that differ only in case",
+        format="json",
+    ),
     "reordered columns in one of two files": Case(
         {"part-00000.csv": corpus("good.csv"), "part-00001.csv": corpus("reordered_columns.csv")}, 6, 6
     ),
