@@ -4,7 +4,8 @@
     html = report.build_html(day)          # what summary.write stores as report.html
 
 Built from `summary.collect`'s data only (one reading of the lake, one source of truth
-with summary.md): rows through each stage and the quarantine with its reasons, class
+with summary.md): rows through each stage (what each removed and added, and whether it
+balances) and the quarantine with its reasons, class
 balance before and after sampling per split, drift per feature against the trailing
 window (value against threshold), PCA's explained variance and the selection tests'
 feature scores, the trainer's loss curve and its bottleneck breakdown. A part the run
@@ -24,6 +25,8 @@ import html
 import io
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from lakeprep_airflow import summary
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -88,32 +91,49 @@ def _rows_section(day: dict[str, Any]) -> str:
     def draw(fig: Figure) -> None:
         ax = fig.subplots()
         y = range(len(names))
-        h = 0.27
-        for i, (key, label, colour) in enumerate(
-            (("rows_in", "rows in", "#8da0cb"), ("rows_out", "rows out", "#66c2a5"))
-            + (("rows_quarantined", "quarantined", "#fc8d62"),)
+        h = 0.2
+        for i, (label, colour, value) in enumerate(
+            (
+                ("rows in", "#8da0cb", lambda r: r["rows_in"] or 0),
+                ("rows out", "#66c2a5", lambda r: r["rows_out"] or 0),
+                ("removed", "#fc8d62", lambda r: sum(r["removed"].values())),
+                ("added", "#e78ac3", lambda r: sum(r["added"].values())),
+            )
         ):
-            values = [stages[s][key] or 0 for s in stages]
-            ax.barh([v + (i - 1) * h for v in y], values, height=h, label=label, color=colour)
+            values = [value(stages[s]) for s in stages]
+            ax.barh([v + (i - 1.5) * h for v in y], values, height=h, label=label, color=colour)
         ax.set_yticks(list(y), names)
         ax.invert_yaxis()
         ax.set_xlabel("rows")
-        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize="small")
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize="small")
 
     table = _table(
-        ["stage", "rows in", "rows out", "quarantined"],
+        ["stage", "rows in", "rows out", "removed", "added", "balances"],
         [
-            [n, r["rows_in"], r["rows_out"], r["rows_quarantined"]]
+            [
+                n,
+                r["rows_in"],
+                r["rows_out"],
+                summary.moves(r["removed"]),
+                summary.moves(r["added"]),
+                summary.balance_cell(r["unaccounted"]),
+            ]
             for n, r in zip(names, stages.values(), strict=True)
         ],
     )
     note = (
         _missing("Not written yet: " + ", ".join(absent) + ".")
         if absent
-        else "<p>The window stages read the whole trailing window, not only this day.</p>"
+        else "<p>The window stages read the whole trailing window, not only this day. Per stage, "
+        "rows in = rows out + removed - added.</p>"
     )
+    problems = [_missing("Does not balance: " + p) for p in day.get("rows_not_balanced") or []]
     return _section(
-        "rows", _img(draw, "rows in, out and quarantined per stage", (7, 0.5 + 0.6 * len(names))), table, note
+        "rows",
+        _img(draw, "rows in, out, removed and added per stage", (7, 0.5 + 0.8 * len(names))),
+        table,
+        *problems,
+        note,
     )
 
 

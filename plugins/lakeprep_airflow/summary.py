@@ -4,9 +4,11 @@
         --from 2013-01-01 --to 2013-01-03
 
 Reads each stage's `_lakeprep_report.json`, `check_drift`'s `drift.json`, the export's
-`manifest.json` and the trainer's `metrics.json`; prints rows through each stage (with
-the quarantine), class balance before and after sampling, the window's class balance per
-split through sampling, train-only balancing and augmentation (the export's
+`manifest.json` and the trainer's `metrics.json`; prints rows through each stage, each
+row naming what its stage removed and added (quarantined, sampled out, undersampled,
+oversampled, synthetic, the rank remainder dropped or padded) and whether rows in = rows
+out + removed - added holds, class balance before and after sampling, the window's class
+balance per split through sampling, train-only balancing and augmentation (the export's
 `sampling.json`), drift per feature against the trailing window, the fitted transform
 (where it is, what it fitted on, what it left out), the window's days, the shards written,
 the trainer's metrics against the training split's majority-class baseline, and where
@@ -14,6 +16,12 @@ the manifest and model are. Also writes the same summary as `summary.json` and
 `summary.md` under `<lake>/reports/<dataset>/dt=<date>/`, and `report.html`, the same
 data with plots (`lakeprep_airflow.report`; the pipeline's `write_report` task writes all
 three at the end of each run).
+
+A stage row that does not balance says so in its `balances` cell (`unaccounted` in
+summary.json), and every problem, also an export whose moves disagree with its class
+counts in `sampling.json`, is listed under the table as `DOES NOT BALANCE: ...` and in
+summary.json as `rows_not_balanced`. The summary is still written: it is where the
+problem shows; the stages' outputs are already committed.
 """
 
 from __future__ import annotations
@@ -29,6 +37,19 @@ from lakeprep_airflow.spec import REPORT_NAME, STAGES, lake_uri
 from lakeprep_contracts import layout
 
 REPORT_HTML = "report.html"  # beside summary.md; the Airflow UI's Report tab serves it
+
+# What a stage's report says it did to rows besides passing them on, in table order:
+# (report key, name in the summary, +1 added or -1 removed). Per stage, rows in = rows out
+# + removed - added; `collect` checks it.
+ROW_MOVES = (
+    ("rows_quarantined", "quarantined", -1),  # validate; preprocess: duplicates (their reasons)
+    ("rows_sampled_out", "sampled out", -1),  # sample
+    ("rows_undersampled", "undersampled", -1),  # export_shards, train only
+    ("rows_oversampled", "oversampled", +1),
+    ("rows_synthetic", "synthetic", +1),
+    ("rows_dropped_for_balance", "rank remainder dropped", -1),  # equal rows per rank
+    ("rows_padded_for_balance", "rank remainder padded", +1),
+)
 
 
 def _read_json(fs: lake_fs.LakeFS, path: str) -> dict[str, Any] | None:
@@ -57,10 +78,8 @@ def collect(
         "dataset": dataset,
         "logical_date": ds,
         "run_id": (manifest or {}).get("run_id"),
-        "stages": {
-            s: {k: r.get(k) for k in ("rows_in", "rows_out", "rows_quarantined")} if r else None
-            for s, r in reports.items()
-        },
+        "stages": {s: _stage_view(r) for s, r in reports.items()},
+        "rows_not_balanced": _rows_not_balanced(reports, sampling),
         "quarantine_reasons": {
             **(reports["validate"] or {}).get("quarantine_reasons", {}),
             **(reports["preprocess"] or {}).get("quarantine_reasons", {}),
@@ -96,6 +115,71 @@ def collect(
         "report": lake_uri(lake_root, layout.REPORTS, dataset, ds) + "/summary.md",
         "report_html": lake_uri(lake_root, layout.REPORTS, dataset, ds) + "/" + REPORT_HTML,
     }
+
+
+def _stage_view(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Rows in and out of a stage, what it removed and added (the moves its report names),
+    and `unaccounted`: rows in - rows out - removed + added, 0 when the report balances."""
+    if not report:
+        return None
+    moved = {key: (name, sign, int(report[key])) for key, name, sign in ROW_MOVES if key in report}
+    removed = {name: n for name, sign, n in moved.values() if sign < 0}
+    added = {name: n for name, sign, n in moved.values() if sign > 0}
+    rows_in, rows_out = report.get("rows_in"), report.get("rows_out")
+    unaccounted = (
+        None
+        if rows_in is None or rows_out is None
+        else rows_in - rows_out - sum(removed.values()) + sum(added.values())
+    )
+    return {
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "removed": removed,
+        "added": added,
+        "unaccounted": unaccounted,
+    }
+
+
+def _rows_not_balanced(
+    reports: dict[str, dict[str, Any] | None], sampling: dict[str, Any] | None
+) -> list[str]:
+    """Why the stage table does not balance, one line per problem (empty: it does).
+
+    Each stage's rows in must equal rows out + removed - added. The export's moves are also
+    checked against its class counts through balancing (sampling.json, train only): the
+    window's rows as sampled, and the rows balancing removed or added per class.
+    """
+    problems = []
+    for stage, report in reports.items():
+        view = _stage_view(report)
+        if view is None or view["unaccounted"] == 0:
+            continue
+        if view["unaccounted"] is None:
+            problems.append(f"{stage}: its {REPORT_NAME} has no rows_in or rows_out")
+            continue
+        problems.append(
+            f"{stage}: rows in {view['rows_in']} != rows out {view['rows_out']} + removed "
+            f"{sum(view['removed'].values())} - added {sum(view['added'].values())}: "
+            f"{view['unaccounted']} row(s) unaccounted for in its {REPORT_NAME}"
+        )
+    export = reports.get("export_shards")
+    if export and sampling:
+        steps = {s["step"]: s for s in sampling["steps"]}
+        sampled, balanced = steps["sample"]["splits"]["train"], steps["balance"]["splits"]["train"]
+        augmented = steps["augment"]["splits"]["train"]
+        expected = {
+            "rows_in": sum(steps["sample"]["class_counts"].values()),
+            "rows_undersampled": sum(max(0, n - balanced.get(c, 0)) for c, n in sampled.items()),
+            "rows_oversampled": sum(max(0, n - sampled.get(c, 0)) for c, n in balanced.items()),
+            "rows_synthetic": sum(n - balanced.get(c, 0) for c, n in augmented.items()),
+        }
+        for key, n in expected.items():
+            if export.get(key, 0) != n:
+                problems.append(
+                    f"export_shards: {key} {export.get(key, 0)} in its {REPORT_NAME}, "
+                    f"{n} from the class counts of {layout.SAMPLING}"
+                )
+    return problems
 
 
 def _fitted_view(transform: dict[str, Any] | None) -> dict[str, Any]:
@@ -196,17 +280,22 @@ def render(day: dict[str, Any]) -> str:
     lines = [
         f"## lakeprep {day['dataset']} {day['logical_date']}",
         "",
-        "| stage | rows in | rows out | quarantined |",
-        "|---|---:|---:|---:|",
+        "| stage | rows in | rows out | removed | added | balances |",
+        "|---|---:|---:|---|---|---|",
     ]
     for stage, r in day["stages"].items():
         if r is None:
-            lines.append(f"| {stage} | - | - | - |")
+            lines.append(f"| {stage} | - | - | - | - | - |")
         else:
             # The window stages read the whole trailing window, not just this day.
             name = f"{stage} (window)" if stage in ("fit_transform", "export_shards") else stage
-            lines.append(f"| {name} | {r['rows_in']} | {r['rows_out']} | {r['rows_quarantined']} |")
+            lines.append(
+                f"| {name} | {r['rows_in']} | {r['rows_out']} | {moves(r['removed'])} | "
+                f"{moves(r['added'])} | {balance_cell(r['unaccounted'])} |"
+            )
     lines.append("")
+    for problem in day["rows_not_balanced"]:
+        lines.append(f"DOES NOT BALANCE: {problem}")
     if day["quarantine_reasons"]:
         lines.append(
             "quarantine reasons: " + ", ".join(f"{k}: {v}" for k, v in day["quarantine_reasons"].items())
@@ -296,6 +385,18 @@ def render(day: dict[str, Any]) -> str:
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+def moves(counts: dict[str, int]) -> str:
+    """`undersampled 281, synthetic 0` without the zeros; `-` for none."""
+    return ", ".join(f"{name} {n}" for name, n in counts.items() if n) or "-"
+
+
+def balance_cell(unaccounted: int | None) -> str:
+    """The table's check: rows in = rows out + removed - added."""
+    if unaccounted is None:
+        return "unknown"
+    return "yes" if unaccounted == 0 else f"no: {unaccounted:+d} unaccounted"
 
 
 def write(lake_root: str, day: dict[str, Any], *, webhdfs_conn_id: str = "webhdfs_default") -> str:

@@ -226,11 +226,21 @@ def test_run_summary_shows_the_day(day_run):
 
     day = summary.collect(f"file://{day_run}", "flights", DAY)
     validate = report(day_run, "validate")
-    assert day["stages"]["validate"] == {k: validate[k] for k in ("rows_in", "rows_out", "rows_quarantined")}
+    assert day["stages"]["validate"] == {
+        "rows_in": validate["rows_in"],
+        "rows_out": validate["rows_out"],
+        "removed": {"quarantined": validate["rows_quarantined"]},
+        "added": {},
+        "unaccounted": 0,
+    }
+    assert day["rows_not_balanced"] == []  # every stage's rows in = out + removed - added
     assert day["training"]["bottleneck"].endswith("-bound")
     text = summary.render(day)
-    row = f"| validate | {validate['rows_in']} | {validate['rows_out']} | {validate['rows_quarantined']} |"
+    quarantined = f"quarantined {validate['rows_quarantined']}"
+    row = f"| validate | {validate['rows_in']} | {validate['rows_out']} | {quarantined} | - | yes |"
     assert row in text
+    export = report(day_run, "export_shards")
+    assert f"| export_shards (window) | {export['rows_in']} | {export['rows_out']} | undersampled " in text
     assert "vs majority-class baseline" in text and "the training majority" in text
     # The bottleneck with the numbers behind it, as telemetry.json classifies the run.
     telemetry = json.loads((day_run / "models" / "flights" / f"dt={DAY}" / "telemetry.json").read_text())

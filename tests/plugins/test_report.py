@@ -106,6 +106,9 @@ def _drift() -> dict:
             "action": "warn",
             "min_reference_days": 1,
             "bins": 10,
+            "alpha": 0.01,
+            "min_effect": 0.2,
+            "min_rows": 100,
         },
         "features": {
             "carrier": {
@@ -187,6 +190,13 @@ def _sampling() -> dict:
     return doc
 
 
+def export_report(**moves: int) -> dict:
+    """export_shards' report as it writes it: train undersampled 210 -> 120 (sampling.json)."""
+    report = {"rows_in": 270, "rows_out": 180, "rows_quarantined": 0, "rows_undersampled": 90}
+    report.update(rows_oversampled=0, rows_synthetic=0, rows_dropped_for_balance=0, rows_padded_for_balance=0)
+    return {**report, **moves}
+
+
 def write_day(lake: Path, *, pca: bool = True, model: bool = True, history=HISTORY) -> None:
     """One day of flights as every stage (and the trainer) would leave it."""
     _write(
@@ -219,6 +229,7 @@ def write_day(lake: Path, *, pca: bool = True, model: bool = True, history=HISTO
             "rows_in": 108,
             "rows_out": 100,
             "rows_quarantined": 0,
+            "rows_sampled_out": 8,
             "class_counts_before": {"0": 80, "1": 28},
             "class_counts_after": {"0": 74, "1": 26},
         },
@@ -242,7 +253,7 @@ def write_day(lake: Path, *, pca: bool = True, model: bool = True, history=HISTO
         lake,
         "export_shards",
         "_lakeprep_report.json",
-        {"rows_in": 270, "rows_out": 180, "rows_quarantined": 0},
+        export_report(),
     )
     _write(lake, "export_shards", "sampling.json", _sampling())
     _write(lake, "check_drift", "drift.json", _drift())
@@ -386,7 +397,8 @@ def test_the_report_has_every_section_with_embedded_png_plots(lake):
             _, (width, height) = png_of(src)
             assert width > 100 and height > 100
     text = {key: " ".join(s["text"].split()) for key, s in sections.items()}
-    assert "validate 120 110 10" in text["rows"]
+    assert "validate 120 110 quarantined 10 - yes" in text["rows"]
+    assert "export_shards (window) 270 180 undersampled 90 - yes" in text["rows"]
     assert "null label (delayed) 7" in text["quarantine"] and "duplicate id 2" in text["quarantine"]
     assert "train balanced {'0': 60, '1': 60}" in text["class-balance"]
     assert "the day before sampling {'0': 80, '1': 28}" in text["class-balance"]
@@ -432,6 +444,91 @@ def test_a_day_nothing_has_run_for_yet_is_a_page_of_notes(lake):
     assert list(sections) == list(report.SECTIONS)
     assert all(s["imgs"] == [] for s in sections.values())
     assert "has not run" in sections["drift"]["text"] and "No model yet" in sections["training"]["text"]
+
+
+def test_every_stage_row_names_what_it_removed_or_added_and_balances(lake):
+    write_day(lake)
+    day = summary.collect(f"file://{lake}", "flights", DS)
+
+    assert day["stages"]["export_shards"] == {
+        "rows_in": 270,
+        "rows_out": 180,
+        "removed": {"quarantined": 0, "undersampled": 90, "rank remainder dropped": 0},
+        "added": {"oversampled": 0, "synthetic": 0, "rank remainder padded": 0},
+        "unaccounted": 0,
+    }
+    assert day["stages"]["sample"]["removed"] == {"quarantined": 0, "sampled out": 8}
+    assert day["rows_not_balanced"] == []
+    text = summary.render(day)
+    assert "| stage | rows in | rows out | removed | added | balances |" in text
+    assert "| validate | 120 | 110 | quarantined 10 | - | yes |" in text
+    assert "| sample | 108 | 100 | sampled out 8 | - | yes |" in text
+    assert "| fit_transform (window) | 270 | 270 | - | - | yes |" in text
+    assert "| export_shards (window) | 270 | 180 | undersampled 90 | - | yes |" in text
+    assert "DOES NOT BALANCE" not in text
+    summary.write(f"file://{lake}", day)
+    written = json.loads((lake / "reports" / "flights" / f"dt={DS}" / "summary.json").read_text())
+    assert written["stages"]["export_shards"]["removed"]["undersampled"] == 90
+    assert written["rows_not_balanced"] == []
+
+
+def test_rows_added_by_balancing_count_against_rows_removed(lake):
+    write_day(lake)
+    # Train oversampled 210 -> 300, 20 synthetic rows, 5 dropped for equal ranks: 270 -> 375.
+    sampling = _sampling()
+    steps = {s["step"]: s for s in sampling["steps"]}
+    steps["balance"]["splits"] = {**steps["balance"]["splits"], "train": {"0": 150, "1": 150}}
+    steps["augment"]["splits"] = {**steps["augment"]["splits"], "train": {"0": 150, "1": 170}}
+    _write(lake, "export_shards", "sampling.json", sampling)
+    moves = {"rows_undersampled": 0, "rows_oversampled": 90, "rows_synthetic": 20}
+    moves.update(rows_dropped_for_balance=5, rows_out=375)
+    _write(lake, "export_shards", "_lakeprep_report.json", export_report(**moves))
+
+    day = summary.collect(f"file://{lake}", "flights", DS)
+
+    assert day["rows_not_balanced"] == []
+    row = "| export_shards (window) | 270 | 375 | rank remainder dropped 5 | oversampled 90, synthetic 20 |"
+    assert row + " yes |" in summary.render(day)
+
+
+def test_a_stage_that_does_not_balance_is_named_with_its_numbers(lake):
+    write_day(lake)
+    # The export's report without its undersampling: 90 of the window's rows go nowhere.
+    _write(
+        lake,
+        "export_shards",
+        "_lakeprep_report.json",
+        {"rows_in": 270, "rows_out": 180, "rows_quarantined": 0},
+    )
+
+    day = summary.collect(f"file://{lake}", "flights", DS)
+
+    assert day["stages"]["export_shards"]["unaccounted"] == 90
+    assert day["rows_not_balanced"] == [
+        "export_shards: rows in 270 != rows out 180 + removed 0 - added 0: 90 row(s) unaccounted "
+        "for in its _lakeprep_report.json",
+        "export_shards: rows_undersampled 0 in its _lakeprep_report.json, 90 from the class counts "
+        "of sampling.json",
+    ]
+    text = summary.render(day)
+    assert "| export_shards (window) | 270 | 180 | - | - | no: +90 unaccounted |" in text
+    assert "DOES NOT BALANCE: export_shards: rows in 270 != rows out 180" in text
+    rows = " ".join(sections_of(report.build_html(day))["rows"]["text"].split())
+    assert "no: +90 unaccounted" in rows and "Does not balance: export_shards: rows in 270" in rows
+
+    # Balanced on its own, but the moves disagree with the class counts through balancing.
+    _write(
+        lake,
+        "export_shards",
+        "_lakeprep_report.json",
+        export_report(rows_undersampled=80, rows_dropped_for_balance=10),
+    )
+    day = summary.collect(f"file://{lake}", "flights", DS)
+    assert day["stages"]["export_shards"]["unaccounted"] == 0
+    assert day["rows_not_balanced"] == [
+        "export_shards: rows_undersampled 80 in its _lakeprep_report.json, 90 from the class counts "
+        "of sampling.json"
+    ]
 
 
 def test_write_puts_report_html_beside_summary_md(lake):
