@@ -12,6 +12,14 @@ the window's earlier days, pooled, without reading any data:
 - **categorical** columns and **text** tokens: Jensen-Shannon distance (base 2, in [0, 1])
   over the top values, one "other" bucket and one "null" bucket.
 
+A distance is judged against the noise its rows imply: a permutation null of the day's and
+the window's bucket counts (`distance_noise`, seeded from the inputs) gives its median
+(`noise`) and the bound chance exceeds with probability `alpha`/2; the threshold is the
+larger of that bound and the knob's. Beside it the largest standardized shift (a mean in
+standard deviations, a value's share as Cohen's h) is judged against its standard error,
+so a change too narrow for the distance at 140 rows is still seen. Days under `min_rows`
+and columns marked `drift: ignore` are recorded, not judged.
+
 Every value is recorded, under the threshold or not; `check_drift` raises `DriftError`
 when the action is `stop` and a feature drifts. No Spark, no Airflow: the operator
 (`lakeprep_airflow.operators.drift`) does the reading and writing.
