@@ -263,7 +263,14 @@ def _read_csv(
         # whose feed added or reordered columns. Reading a header is one small job per file
         # (the first record only); files with the same header are then read together.
         for f in files:
-            groups.setdefault(_csv_header(spark, f, options), []).append(f)
+            try:
+                header = _csv_header(spark, f, options)
+            except Exception as err:
+                over = _over_parser_limit(err, where, f)
+                if over is None:
+                    raise
+                raise ContractError(over) from err
+            groups.setdefault(header, []).append(f)
     else:
         groups[tuple(raw_name(c) for c in p.columns)] = list(files)
     reads = []
@@ -573,8 +580,6 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) 
 
 
 def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-
     where = ", ".join(inputs)
     listed = [(f, size) for src in inputs for f, size in common.list_files(spark, src) if not _hidden(f)]
     data_files = [f for f, size in listed if size > 0]
@@ -609,6 +614,32 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
     # Flagged per header, then united: each read's `_raw` struct has its file's own names.
     flagged = functools.reduce(lambda a, b: a.unionByName(b), [flag_rows(raw, p) for raw in raws])
     keep = [c["name"] for c in p.columns] + [c["name"] for c in p.derived]
+    try:
+        failure = _check_and_commit(spark, flagged, keep, listed, output, report, p, where)
+    except Exception as err:
+        over = _over_parser_limit(err, where)
+        if over is None:
+            raise
+        _commit_failed(spark, output, {**report, "status": "failed", "error": over})
+        raise ContractError(over) from err
+    if failure:
+        raise ContractError(failure)
+    return report
+
+
+def _check_and_commit(
+    spark: SparkSession,
+    flagged: DataFrame,
+    keep: list[str],
+    listed: list[tuple[str, int]],
+    output: str,
+    report: dict[str, Any],
+    p: ValidateParams,
+    where: str,
+) -> str | None:
+    """Write the checked rows once, account, commit the partition; the contract failure or None."""
+    from pyspark.sql import functions as F
+
     with common.PartitionCommit(spark, output) as staging:
         checked_uri = f"{staging}{CHECKED_SUFFIX}"
         try:
@@ -672,9 +703,44 @@ def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams)
         common.delete(spark, f"{staging}/{layout.SUCCESS}")
         if not failure:
             common.write_success(spark, staging)
-    if failure:
-        raise ContractError(failure)
-    return report
+    return failure
+
+
+# Spark's CSV parser (univocity) stops a file at a record over its limits, whatever the
+# mode: PERMISSIVE only keeps records it could tokenize. The task fails with
+# MALFORMED_CSV_RECORD (the record's first characters, no limit), the file only in the
+# FAILED_READ_FILE around it, the limit only in the TextParsingException under it.
+_READ_FILE = re.compile(r"Encountered error while reading file (.+?)\.?\s+SQLSTATE")
+_OVER_CHARACTERS = re.compile(
+    r"exceeds the maximum number of characters defined in your parser settings \((\d+)\)"
+)
+_OVER_COLUMNS = re.compile(r"ArrayIndexOutOfBoundsException - Index (\d+) out of bounds for length \1")
+
+
+def _over_parser_limit(err: BaseException, where: str, file: str | None = None) -> str | None:
+    """The refusal for a CSV file Spark's parser stopped at a record over its limits, or None.
+
+    `file`: the file read, when the read was of one (a header); else the one Spark names.
+    """
+    text = str(err)
+    if "TextParsingException" not in text:
+        return None
+    read = _READ_FILE.search(text)
+    source = file or (read.group(1) if read else "one of its files")
+    if chars := _OVER_CHARACTERS.search(text):
+        limit = f"a value longer than maxCharsPerColumn ({chars.group(1)} characters)"
+        option = "maxCharsPerColumn (-1: no limit)"
+    elif columns := _OVER_COLUMNS.search(text):
+        limit = f"a record with more fields than maxColumns ({columns.group(1)})"
+        option = "maxColumns"
+    else:
+        return None
+    return (
+        f"partition {where}: {source} holds {limit}, the CSV parser's limit (a line without "
+        "newlines, or a wrong delimiter, makes one such record); the parser cannot read the "
+        f"file past it, so no row of the file is counted. Fix or remove the file, or raise "
+        f"{option} in the spec's source.options"
+    )
 
 
 def _contract_failure(report: dict[str, Any], p: ValidateParams, where: str, output: str) -> str | None:

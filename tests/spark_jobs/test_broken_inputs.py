@@ -230,6 +230,39 @@ def test_broken_input_has_its_defined_outcome(spark, tmp_path, case):
         assert all(r["_source_file"] and r["_reason"] for r in quarantined)
 
 
+@pytest.mark.parametrize(
+    ("options", "long", "limit"),
+    [
+        # A value just over the limit the spec set (the default is none).
+        (
+            {"maxCharsPerColumn": "100"},
+            b"b1,5,book,,," + b"x" * 101 + b",0\n",
+            r"maxCharsPerColumn \(100 characters\)",
+        ),
+        # A record just over Spark's default 20480 fields: what a feed without newlines makes.
+        ({}, b",".join([b"x"] * 20481) + b"\n", r"more fields than maxColumns \(20480\)"),
+    ],
+    ids=["value over maxCharsPerColumn", "record over maxColumns"],
+)
+@pytest.mark.parametrize("where", ["after good rows", "the whole file"])
+def test_a_record_over_the_csv_parsers_limit_is_refused_naming_the_file_and_the_limit(
+    spark, tmp_path, options, long, limit, where
+):
+    """Spark's parser stops the file at such a record (MALFORMED_CSV_RECORD, no file, no
+    limit); the partition is committed failed with a report, naming both."""
+    files = {"a.csv": corpus("good.csv")}
+    files["b.csv"] = corpus("good.csv") + long if where == "after good rows" else long.rstrip(b"\n")
+    src = land(tmp_path, files)
+    out = tmp_path / "out"
+    with pytest.raises(ContractError, match=rf"dt=2013-01-01: \S+/b\.csv holds .*{limit}") as err:
+        validate.run(spark, [src], f"file://{out}", params(options={"header": "true", **options}))
+    assert "source.options" in str(err.value)
+    assert common.is_refusal(err.value)
+    assert not (out / "_SUCCESS").exists()
+    report = json.loads((out / common.REPORT_NAME).read_text())
+    assert (report["status"], report["error"]) == ("failed", str(err.value))
+
+
 def test_quoted_fields_keep_their_newlines_commas_and_quotes(spark, tmp_path):
     src = land(tmp_path, {"a.csv": b"\xef\xbb\xbf" + corpus("quoted_newline.csv").replace(b"\n", b"\r\n")})
     out = f"file://{tmp_path}/out"
