@@ -8,9 +8,10 @@ Raw data is read as it really arrives: every value as a string (Spark's PERMISSI
 with a corrupt-record column, so one bad line never fails a day), CSV as RFC 4180 with
 quoted newlines, commas and doubled quotes (`multiLine`, `escape='"'`), a BOM, CRLF,
 `.gz`/`.bz2` parts (Hadoop picks the codec by extension), headers matched by name per
-file (`raw_name` when the file's header differs from the contract name), null tokens
-(`NA`, `-`) and blanks as nulls. `format: text` reads unstructured text into one contract
-column (a record per line, or per file).
+file (`raw_name` when the file's header differs from the contract name; two headers a
+contract column would read but for case or surrounding whitespace refuse the file),
+null tokens (`NA`, `-`) and blanks as nulls. `format: text` reads unstructured text into
+one contract column (a record per line, or per file).
 
 Each row then gets at most one reason, the first that applies, in this order (the
 serving side mirrors these strings):
@@ -29,6 +30,9 @@ profiled into `_stats.json` (lakeprep_jobs.stats). Accounting is exact
 per input file: rows read = rows passed + rows quarantined, from one aggregation of the
 checked rows, and the totals are checked against the Parquet footers of what was written
 (no read-back job) before commit.
+
+A CSV record over the parser's limits (`maxCharsPerColumn`, `maxColumns`) stops Spark's
+parser in any mode: the stage fails naming the file and the limit, with a report.
 
 A partition that breaks its contract (a required column missing, no rows unless
 allowed, a quarantine share above `max_quarantine_share`) is committed WITHOUT
