@@ -21,7 +21,6 @@ FIT_STATISTICS = "_fit_statistics.json"  # sample: the day's mergeable fit stati
 QUARANTINE_DIR = "_quarantine"
 STAGING_DIR = "_staging"
 TRANSFORM = "transform.json"
-SPARK_MODEL_DIR = "spark_model"
 MANIFEST = "manifest.json"
 DRIFT = "drift.json"
 SAMPLING = "sampling.json"  # export_shards: class counts through sampling, balancing, augmentation

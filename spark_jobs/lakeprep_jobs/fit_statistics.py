@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from lakeprep_contracts import layout
 from lakeprep_contracts.day_statistics import FORMAT_VERSION, GRID, QUANTILE_ACCURACY, ROWS, cross_key
 from lakeprep_jobs.exact_sums import exact_moments_by
-from lakeprep_jobs.transform import _hash_id, quoted
+from lakeprep_jobs.transform import quoted
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -48,6 +48,14 @@ def _value(name: str) -> Column:
     from pyspark.sql import functions as F
 
     return F.nanvl(F.col(quoted(name)).cast("double"), F.lit(None).cast("double"))
+
+
+def hashed_id(value: Column, buckets: int) -> Column:
+    """A hashed categorical's id, ``1 + pmod(xxhash64(value), buckets - 1)``: Spark's own
+    function, which ``lakeprep_contracts.encode.hashed_ids`` mirrors (tests/training/test_transform.py)."""
+    from pyspark.sql import functions as F
+
+    return (F.pmod(F.xxhash64(value), F.lit(buckets - 1)) + 1).cast("int")
 
 
 def _halves(x: Column) -> tuple[Column, Column]:
@@ -124,7 +132,7 @@ def _counts(df: DataFrame, profile: dict[str, Any]) -> list[Any]:
         if col["encoding"] == "vocab":
             value = F.col(quoted(name)).cast("string")
         else:
-            value = F.expr(_hash_id(f"CAST({quoted(name)} AS STRING)", col["buckets"])).cast("string")
+            value = hashed_id(F.col(quoted(name)).cast("string"), col["buckets"]).cast("string")
         parts.append(
             df.select(
                 layout.SPLIT,

@@ -5,9 +5,8 @@
         --output <lake>/fit_transform/flights/dt=2013-01-03 --params '{...}'
 
 Everything learned from data is learned here, once per run, from the **train** split of
-the window's sampled days, and written as `transform.json` (docs/TRANSFORM.md) plus a
-Spark `PipelineModel` built from it. `export_shards` then applies it unchanged to every
-split.
+the window's sampled days, and written as `transform.json` (docs/TRANSFORM.md).
+`export_shards` then applies it unchanged to every split (`lakeprep_contracts.encode`).
 
 No row is read: each sampled day recorded its mergeable statistics once, when it was
 sampled (`_fit_statistics.json`, `lakeprep_jobs.fit_statistics`), and the fit is their
@@ -34,7 +33,6 @@ from lakeprep_contracts.window_fit import (  # noqa: F401 - the stage's params a
 )
 from lakeprep_jobs import common
 from lakeprep_jobs.fit_statistics import split_statistics
-from lakeprep_jobs.transform import pipeline_model
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -132,7 +130,6 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
     }
     with common.PartitionCommit(spark, output) as staging:
         common.write_text(spark, layout.join(staging, layout.TRANSFORM), text)
-        pipeline_model(doc).write().overwrite().save(layout.join(staging, layout.SPARK_MODEL_DIR))
         common.write_report(spark, staging, report)
         common.write_success(spark, staging)
     return report

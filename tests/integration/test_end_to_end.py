@@ -68,7 +68,6 @@ def test_one_transform_fitted_on_the_train_split_of_the_window(day_run):
     # 2013-01-01 was a Tuesday (Spark's dayofweek: 3) in New York, evening flights too:
     # their UTC time_hour is already 2013-01-02, so a UTC session would say Wednesday.
     assert by_name["day_of_week"]["vocabulary"] == ["3"]
-    assert (day_run / "fit_transform" / "flights" / f"dt={DAY}" / "spark_model" / "metadata").is_dir()
     # The window of the first day: the run's own day; the 29 before are before start_date.
     manifest = json.loads((day_run / "export_shards" / "flights" / f"dt={DAY}" / "manifest.json").read_text())
     assert manifest["window"]["complete"] == [DAY] and len(manifest["window"]["before_start"]) == 29

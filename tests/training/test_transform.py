@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from lakeprep_contracts import encode as enc
 from lakeprep_train import transform as tf
 from tests.training.transform_doc import hashed, make_doc, numeric, vocab
 
@@ -121,7 +122,7 @@ VALUES = pa.array([1.0, None, math.nan, 100.0, -50.0, 7.0])
     ids=["standard", "minmax", "robust", "none"],
 )
 def test_numeric_scalings_fill_null_and_nan(spec, expected):
-    out = tf.encode_numeric(tf.clean_numeric(VALUES), spec)
+    out = enc.encode_numeric(tf.clean_numeric(VALUES), spec)
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, np.asarray(expected, dtype=np.float32), rtol=0, atol=1e-6)
 
@@ -135,7 +136,7 @@ def test_clipping_applies_after_the_fill_and_before_scaling():
         center=10.0,
         scale=4.0,
     )
-    out = tf.encode_numeric(tf.clean_numeric(VALUES), spec)
+    out = enc.encode_numeric(tf.clean_numeric(VALUES), spec)
     # 1 -> 1; null, NaN -> 200 -> 50; 100 -> 50; -50 -> 0; 7 -> 7
     np.testing.assert_allclose(out, [-2.25, 10.0, 10.0, 10.0, -2.5, -0.75], atol=1e-6)
 
@@ -256,23 +257,23 @@ def test_the_schema_checks_selection_scores():
 def test_vocab_ids_known_unseen_and_missing():
     spec = vocab("carrier", ["UA", "B6", "EV"])
     cleaned = tf.clean_categorical(pa.array(["UA", " B6 ", "EV", "", "  ", None, "ZZ", "ua", "\tUA"]))
-    ids = tf.encode_categorical(cleaned, spec)
+    ids = enc.encode_categorical(cleaned, spec)
     assert ids.dtype == np.int32
     # Spark's trim removes spaces only: "\tUA" is a category of its own (unseen).
     assert ids.tolist() == [2, 3, 4, 0, 0, 0, 1, 1, 1]
 
 
 def test_an_empty_vocabulary_maps_every_present_value_to_unseen():
-    ids = tf.encode_categorical(tf.clean_categorical(pa.array(["a", None])), vocab("c", []))
+    ids = enc.encode_categorical(tf.clean_categorical(pa.array(["a", None])), vocab("c", []))
     assert ids.tolist() == [1, 0]
 
 
 def test_categorical_numbers_are_spelled_as_spark_spells_them():
     # Spark's CAST(1.0 AS STRING) is "1.0", not Arrow's "1": the vocabulary holds Spark's spelling.
     spec = vocab("c", ["1.0", "2", "true"])
-    assert tf.encode_categorical(tf.clean_categorical(pa.array([1.0, 2.5])), spec).tolist() == [2, 1]
-    assert tf.encode_categorical(tf.clean_categorical(pa.array([2, 3], pa.int32())), spec).tolist() == [3, 1]
-    assert tf.encode_categorical(tf.clean_categorical(pa.array([True, False])), spec).tolist() == [4, 1]
+    assert enc.encode_categorical(tf.clean_categorical(pa.array([1.0, 2.5])), spec).tolist() == [2, 1]
+    assert enc.encode_categorical(tf.clean_categorical(pa.array([2, 3], pa.int32())), spec).tolist() == [3, 1]
+    assert enc.encode_categorical(tf.clean_categorical(pa.array([True, False])), spec).tolist() == [4, 1]
 
 
 HASH_VALUES = [
@@ -294,7 +295,7 @@ def test_xxhash64_equals_spark(spark):
 
     values = [*HASH_VALUES, "", None]
     rows = spark.createDataFrame([(v,) for v in values], "s string").select(F.xxhash64("s")).collect()
-    assert tf.spark_xxhash64(values).tolist() == [r[0] for r in rows]
+    assert enc.spark_xxhash64(values).tolist() == [r[0] for r in rows]
 
 
 @pytest.mark.parametrize("buckets", [2, 16, 1024])
@@ -306,11 +307,11 @@ def test_hashed_categorical_ids_equal_sparks_pmod(spark, buckets):
     spark_ids = [
         r[0] for r in df.select((F.pmod(F.xxhash64("s"), F.lit(buckets - 1)) + 1).cast("int")).collect()
     ]
-    ids = tf.encode_categorical(pa.array(values), hashed("s", buckets))
+    ids = enc.encode_categorical(pa.array(values), hashed("s", buckets))
     # The empty string hashes in Spark too; the transform treats it as missing after cleaning.
     assert ids[:-1].tolist() == spark_ids[:-1]
     assert ids.min() >= 1 and ids.max() <= buckets - 1
-    assert tf.encode_categorical(
+    assert enc.encode_categorical(
         tf.clean_categorical(pa.array(["", None])), hashed("s", buckets)
     ).tolist() == [0, 0]
 
@@ -321,7 +322,7 @@ def test_hashed_categorical_ids_equal_sparks_pmod(spark, buckets):
 def test_text_vocab_ids_truncated_and_padded():
     spec = vocab("note", ["late", "storm", "gate"], role="text", max_tokens=3)
     cleaned = tf.clean_text(pa.array(["Late, STORM at gate 12!", "storm", "", None, "unknown late"]))
-    ids = tf.encode_text(cleaned, spec)
+    ids = enc.encode_tokens(tf.tokenize(cleaned, spec["tokenizer"]), spec)
     assert ids.dtype == np.int32 and ids.shape == (5, 3)
     assert ids.tolist() == [[2, 3, 1], [3, 0, 0], [0, 0, 0], [0, 0, 0], [1, 2, 0]]
 
@@ -339,9 +340,8 @@ def test_text_hash_ids_equal_spark(spark):
     ids = F.transform("tok", lambda t: (F.pmod(F.xxhash64(t), F.lit(buckets - 1)) + 1).cast("int"))
     padded = F.slice(F.concat(ids, F.array_repeat(F.lit(0), max_tokens)), 1, max_tokens)
     expected = [r[0] for r in tokens.select(padded).collect()]
-    out = tf.encode_text(
-        tf.clean_text(pa.array(texts)), hashed("t", buckets, role="text", max_tokens=max_tokens)
-    )
+    spec = hashed("t", buckets, role="text", max_tokens=max_tokens)
+    out = enc.encode_tokens(tf.tokenize(tf.clean_text(pa.array(texts)), spec["tokenizer"]), spec)
     assert out.tolist() == expected
 
 
@@ -408,7 +408,7 @@ def test_tokenizer_equals_spark_on_a_one_megabyte_string(spark):
     row = tokens.select(F.size("tok"), F.xxhash64(F.concat_ws("|", "tok"))).collect()[0]
     ours = tf.Tokenizer(tf_pattern(), True, 2)(unit * repeat)
     assert len((unit * repeat).encode()) > 1 << 20
-    assert (len(ours), int(tf.spark_xxhash64(["|".join(ours)])[0])) == (row[0], row[1])
+    assert (len(ours), int(enc.spark_xxhash64(["|".join(ours)])[0])) == (row[0], row[1])
 
 
 def test_java_only_regex_meanings_are_translated():

@@ -1,13 +1,11 @@
-"""Apply a fitted transform (``transform.json``, docs/TRANSFORM.md) with numpy and pyarrow.
+"""Raw records to prepared columns (step 2 of docs/TRANSFORM.md), then the one encoder.
 
-The Spark side (``lakeprep_jobs.transform.apply_transform``) encodes every split for
-training; this module encodes raw records at serving time, where there is no Spark.
-Both must give the same ids and the same floats for the same values, so every Spark
-behaviour the features depend on is mirrored here and proven against Spark in
-``tests/training/test_transform.py``:
+The rows training reads were cleaned by Spark (preprocess); records at serving time are
+cleaned here, with numpy and pyarrow, into the same prepared columns, and then encoded by
+``lakeprep_contracts.encode``, the only implementation of a fitted transform (the export
+calls it too). So every Spark behaviour step 2 depends on is mirrored here and proven
+against Spark in ``tests/training/test_transform.py``:
 
-- ``xxhash64(string)``: the ``xxhash`` package's XXH64 of the UTF-8 bytes, seed 42,
-  read as a signed 64-bit integer, then ``pmod`` (numpy's ``%`` with a positive divisor);
 - ``RegexTokenizer(gaps=True)``: the ``regex`` package (it knows ``\\p{L}``), with the
   Java-only meanings of ``\\w``, ``\\d``, ``\\s``, ``.`` and the POSIX classes translated
   (:func:`java_regex`), Java's ``toLowerCase`` (``str.lower``), and ``minTokenLength``
@@ -16,8 +14,8 @@ behaviour the features depend on is mirrored here and proven against Spark in
   (:func:`spark_string`) and ``try_cast`` of strings to the contract's types
   (:func:`spark_try_cast`).
 
-Columns are processed whole: numerics and vocabulary look-ups in pyarrow/numpy, hashes
-and tokens once per distinct value (``dictionary_encode``), never per row.
+Columns are processed whole: casts in pyarrow/numpy, tokens once per distinct value
+(``dictionary_encode``), never per row.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import datetime as dt
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -35,24 +33,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import regex
-import xxhash
 
+from lakeprep_contracts.encode import ROLES, TransformError, as_array, distinct, encode, outputs
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
-HASH_SEED = 42
-MISSING_ID = 0
-UNSEEN_ID = 1
-PADDING_ID = 0
-ROLES = ("numeric", "categorical", "text")
 TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp")
 
-_UINT64 = 1 << 64
-_INT64_MAX = (1 << 63) - 1
-
-
-class TransformError(ValueError):
-    """A transform document that cannot be used, or a column it cannot encode."""
+__all__ = ["ROLES", "TransformError", "apply_transform", "feature_outputs"]
 
 
 # --------------------------------------------------------------------------- loading
@@ -199,42 +187,6 @@ def _pca_problems(pca: Mapping[str, Any], at: str) -> list[str]:
     if sum(pca["explained_variance"]) > 1 + 1e-9:
         problems.append(f"{at}.explained_variance: sums to {sum(pca['explained_variance'])} > 1")
     return problems
-
-
-# ------------------------------------------------------------------ Spark's hashing
-
-
-def spark_xxhash64(values: Sequence[str | None]) -> np.ndarray:
-    """Spark's ``xxhash64(string)`` of each value: int64 (seed 42; null hashes to the seed).
-
-    Spark hashes the UTF-8 bytes with XXH64 and returns the 64 bits as a signed long
-    (``org.apache.spark.sql.catalyst.expressions.XxHash64``); a null leaves the seed.
-    """
-    out = np.empty(len(values), dtype=np.int64)
-    for i, value in enumerate(values):
-        if value is None:
-            out[i] = HASH_SEED
-            continue
-        unsigned = xxhash.xxh64_intdigest(value.encode("utf-8", "surrogatepass"), seed=HASH_SEED)
-        out[i] = unsigned - _UINT64 if unsigned > _INT64_MAX else unsigned
-    return out
-
-
-def hashed_ids(hashes: np.ndarray, buckets: int) -> np.ndarray:
-    """``1 + pmod(hash, buckets - 1)`` as int32: ids 1..buckets-1, 0 stays for missing.
-
-    numpy's ``%`` takes the sign of the divisor, which is Spark's ``pmod`` for a
-    positive divisor.
-    """
-    return (1 + np.remainder(hashes, np.int64(buckets - 1))).astype(np.int32)
-
-
-def _distinct(array: pa.Array) -> tuple[pa.Array, np.ndarray]:
-    """(distinct values, index of each row's value): work per distinct value, not per row."""
-    encoded = pc.dictionary_encode(array, null_encoding="encode")
-    if isinstance(encoded, pa.ChunkedArray):
-        encoded = encoded.combine_chunks()
-    return encoded.dictionary, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 # ------------------------------------------------------------ Spark's casts, mirrored
@@ -421,10 +373,10 @@ def spark_try_cast(strings: pa.Array | pa.ChunkedArray, kind: str, *, zone: str 
     if kind not in TYPES:
         raise TransformError(f"type {kind!r} is not a contract type; expected one of {list(TYPES)}")
     if kind == "string":
-        return _as_array(strings).cast(pa.string())
-    distinct, index = _distinct(_as_array(strings).cast(pa.string()))
+        return as_array(strings).cast(pa.string())
+    unique, index = distinct(as_array(strings).cast(pa.string()))
     parse = _parser(kind, time_zone(zone))
-    parsed = [None if text is None else parse(text) for text in distinct.to_pylist()]
+    parsed = [None if text is None else parse(text) for text in unique.to_pylist()]
     if kind == "date":
         values = pa.array(parsed, pa.int32()).cast(pa.date32())
     elif kind == "timestamp":
@@ -482,7 +434,7 @@ def spark_string(array: pa.Array | pa.ChunkedArray, *, zone: str = "UTC") -> pa.
     dates are ISO; timestamps are wall-clock time in ``zone`` with the fraction's
     trailing zeros dropped (``2013-01-05 01:02:03.1``).
     """
-    array = _as_array(array)
+    array = as_array(array)
     kind = array.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return array.cast(pa.string())
@@ -490,8 +442,8 @@ def spark_string(array: pa.Array | pa.ChunkedArray, *, zone: str = "UTC") -> pa.
         return array.cast(pa.string())
     if pa.types.is_null(kind):
         return pa.nulls(len(array), pa.string())
-    distinct, index = _distinct(array)
-    values = distinct.to_pylist()
+    unique, index = distinct(array)
+    values = unique.to_pylist()
     if pa.types.is_floating(kind):
         single = kind == pa.float32()
         rendered = [None if v is None else java_double_string(v, single=single) for v in values]
@@ -499,21 +451,11 @@ def spark_string(array: pa.Array | pa.ChunkedArray, *, zone: str = "UTC") -> pa.
         rendered = [None if v is None else v.isoformat() for v in values]
     elif pa.types.is_timestamp(kind):
         tz = time_zone(zone)
-        micros = distinct.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()).to_pylist()
+        micros = unique.cast(pa.timestamp("us", tz=kind.tz)).cast(pa.int64()).to_pylist()
         rendered = [None if v is None else _timestamp_string(v, tz) for v in micros]
     else:
         raise TransformError(f"cannot render a {kind} column as a Spark string")
     return pa.array(rendered, pa.string()).take(pa.array(index))
-
-
-def _as_array(values: Any) -> pa.Array:
-    if isinstance(values, pa.ChunkedArray):
-        return values.combine_chunks() if values.num_chunks != 1 else values.chunk(0)
-    if isinstance(values, pa.Array):
-        return values
-    if isinstance(values, np.ndarray) and values.dtype.kind in "fiub":
-        return pa.array(values, from_pandas=False)
-    return pa.array(values.tolist() if isinstance(values, np.ndarray) else list(values))
 
 
 # ------------------------------------------------------------------------ cleaning
@@ -525,7 +467,7 @@ def clean_numeric(values: Any, *, where: str = "") -> np.ndarray:
     ``CAST(x AS DOUBLE)`` (booleans are 1/0, strings parse as :func:`spark_try_cast`
     does, so an unparseable string is missing), and NaN is missing too.
     """
-    array = _as_array(values)
+    array = as_array(values)
     kind = array.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         array = spark_try_cast(array, "double")
@@ -717,78 +659,36 @@ class Tokenizer:
         return [t for t in self.pattern.split(text) if t and _utf16_length(t) >= minimum]
 
 
-# ------------------------------------------------------------------------ encoding
+def tokenize(cleaned: pa.Array, tokenizer: Mapping[str, Any]) -> pa.Array:
+    """Step 2 for a text feature: each cleaned text's tokens (``list<string>``), once per distinct text."""
+    tokens_of = Tokenizer.from_spec(tokenizer)
+    unique, index = distinct(cleaned)
+    lists = pa.array([tokens_of(text or "") for text in unique.to_pylist()], pa.list_(pa.string()))
+    return lists.take(pa.array(index))
 
 
-def scale_numeric(values: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """Fill the missing (NaN), clip, ``(x - center) / scale``, in float64 as Spark computes it."""
-    x = np.where(np.isnan(values), float(spec["fill"]), values)
-    clip = spec["clip"]
-    if clip is not None:
-        x = np.minimum(np.maximum(x, float(clip["lower"])), float(clip["upper"]))
-    return (x - float(spec["center"])) / float(spec["scale"])
+def prepare(columns: Mapping[str, Any], doc: Mapping[str, Any], *, zone: str = "UTC") -> dict[str, pa.Array]:
+    """Step 2 for every column the transform reads: the prepared columns preprocess would write.
 
-
-def encode_numeric(values: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
-    """Step 3 for a numeric: fill the missing (NaN), clip, ``(x - center) / scale``, float32."""
-    return scale_numeric(values, spec).astype(np.float32)
-
-
-def project_pca(scaled: Sequence[np.ndarray], pca: Mapping[str, Any]) -> np.ndarray:
-    """The principal components of the scaled inputs (float64 ``[n]`` each): float32 ``[k, n]``.
-
-    ``sum_i (x_i - mean_i) * components[j][i]``, summed left to right as the Spark SQL of
-    ``lakeprep_jobs.transform.pca_expr`` is, so the doubles agree before the float32 cast.
+    A column the document needs but ``columns`` lacks is left out; :func:`encode` names it.
     """
-    centred = [x - float(m) for x, m in zip(scaled, pca["mean"], strict=True)]
-    n = len(centred[0]) if centred else 0
-    out = np.empty((len(pca["components"]), n), dtype=np.float32)
-    for j, weights in enumerate(pca["components"]):
-        total = centred[0] * float(weights[0])
-        for x, w in zip(centred[1:], weights[1:], strict=True):
-            total = total + x * float(w)
-        out[j] = total.astype(np.float32)
-    return out
-
-
-def encode_categorical(cleaned: pa.Array, spec: Mapping[str, Any]) -> np.ndarray:
-    """Step 3 for a categorical: int32 ids, 0 missing, then vocabulary positions or hashes."""
-    if spec["encoding"] == "vocab":
-        position = pc.index_in(cleaned, value_set=pa.array(spec["vocabulary"], pa.string()))
-        ids = pc.fill_null(pc.add(position, 2), UNSEEN_ID).to_numpy(zero_copy_only=False)
-    else:
-        distinct, index = _distinct(cleaned)
-        ids = hashed_ids(spark_xxhash64(distinct.to_pylist()), spec["buckets"])[index]
-    missing = cleaned.is_null().to_numpy(zero_copy_only=False)
-    return np.where(missing, MISSING_ID, ids).astype(np.int32)
-
-
-def encode_text(cleaned: pa.Array, spec: Mapping[str, Any]) -> np.ndarray:
-    """Step 3 for a text: int32 ``[n, max_tokens]`` token ids, truncated or padded with 0."""
-    tokenize = Tokenizer.from_spec(spec["tokenizer"])
-    max_tokens = spec["max_tokens"]
-    if spec["encoding"] == "vocab":
-        positions = {token: i + 2 for i, token in enumerate(spec["vocabulary"])}
-
-        def token_id(token: str) -> int:
-            return positions.get(token, UNSEEN_ID)
-    else:
-        buckets = spec["buckets"]
-
-        def token_id(token: str) -> int:
-            return int(hashed_ids(spark_xxhash64([token]), buckets)[0])
-
-    ids_of: dict[str, int] = {}
-    distinct, index = _distinct(cleaned)
-    rows = np.full((len(distinct), max_tokens), PADDING_ID, dtype=np.int32)
-    for d, text in enumerate(distinct.to_pylist()):
-        tokens = tokenize(text or "")[:max_tokens]
-        for j, token in enumerate(tokens):
-            known = ids_of.get(token)
-            if known is None:
-                known = ids_of[token] = token_id(token)
-            rows[d, j] = known
-    return rows[index]
+    max_length = doc["contract"]["preprocess"].get("text_max_length")
+    prepared: dict[str, pa.Array] = {}
+    for role in ROLES:
+        for spec in doc[role]:
+            for s in doc["pca"]["inputs"] if "pca_component" in spec else [spec]:
+                name = s["name"]
+                if name in prepared or name not in columns:
+                    continue
+                values = columns[name]
+                if role == "numeric":
+                    prepared[name] = pa.array(clean_numeric(values, where=f"numeric {name!r}"))
+                elif role == "categorical":
+                    prepared[name] = clean_categorical(values, zone=zone)
+                else:
+                    cleaned = clean_text(values, zone=zone, max_length=max_length)
+                    prepared[name] = tokenize(cleaned, spec["tokenizer"])
+    return prepared
 
 
 def apply_transform(
@@ -797,19 +697,23 @@ def apply_transform(
     """Steps 2 and 3 of docs/TRANSFORM.md (and 4's renames) for whole columns.
 
     ``table`` holds the contract's typed columns after derived columns and reference
-    joins (a pyarrow Table, or a mapping of name -> array). Returns the shard columns:
-    ``num__*`` float32 ``[n]``, ``cat__*`` int32 ``[n]``, ``txt__*`` int32
-    ``[n, max_tokens]``, plus ``id`` (object array of str) and ``label`` (int32) when
-    their columns are present. ``zone`` renders timestamps as strings (defaults to the
-    contract's ``time_zone``, else UTC).
+    joins (a pyarrow Table, or a mapping of name -> array). Returns the shard columns
+    (``lakeprep_contracts.encode.encode``): ``num__*`` float32 ``[n]``, ``cat__*`` int32
+    ``[n]``, ``txt__*`` int32 ``[n, max_tokens]``, plus ``id`` (object array of str) and
+    ``label`` (int32) when their columns are present. ``zone`` renders timestamps as
+    strings (defaults to the contract's ``time_zone``, else UTC).
 
     :raises TransformError: naming the feature column that is missing or has a type
         its role cannot take.
     """
-    columns = _columns(table)
-    n = _row_count(columns)
+    if isinstance(table, pa.Table):
+        columns = {name: as_array(table.column(name)) for name in table.column_names}
+    else:
+        columns = {name: as_array(values) for name, values in table.items()}
     zone = zone or doc["contract"]["validate"].get("time_zone") or "UTC"
-    max_length = doc["contract"]["preprocess"].get("text_max_length")
+    lengths = {len(v) for v in columns.values()}
+    if len(lengths) > 1:
+        raise TransformError(f"columns have different lengths {sorted(lengths)}")
     out: dict[str, np.ndarray] = {}
     id_column = doc["id"]["column"]
     if id_column in columns:
@@ -822,58 +726,10 @@ def apply_transform(
                 f"label column {label_column!r} has missing values; serving rejects them first"
             )
         out["label"] = labels.astype(np.int32)
-    projected = None
-    for role in ROLES:
-        for spec in doc[role]:
-            if "pca_component" in spec:  # a principal component of doc["pca"]'s inputs
-                if projected is None:
-                    projected = _project(columns, doc["pca"])
-                out[spec["output"]] = projected[spec["pca_component"] - 1]
-                continue
-            name = spec["name"]
-            if name not in columns:
-                raise TransformError(
-                    f"{role} feature {name!r} ({spec['output']}) is not among the columns {sorted(columns)}"
-                )
-            values = columns[name]
-            if role == "numeric":
-                out[spec["output"]] = encode_numeric(clean_numeric(values, where=f"numeric {name!r}"), spec)
-            elif role == "categorical":
-                out[spec["output"]] = encode_categorical(clean_categorical(values, zone=zone), spec)
-            else:
-                cleaned = clean_text(values, zone=zone, max_length=max_length)
-                out[spec["output"]] = encode_text(cleaned, spec)
-            if len(out[spec["output"]]) != n:
-                raise TransformError(f"column {name!r} has {len(out[spec['output']])} rows, expected {n}")
+    out.update(encode(prepare(columns, doc, zone=zone), doc))
     return out
-
-
-def _project(columns: Mapping[str, pa.Array], pca: Mapping[str, Any]) -> np.ndarray:
-    scaled = []
-    for spec in pca["inputs"]:
-        name = spec["name"]
-        if name not in columns:
-            raise TransformError(
-                f"numeric feature {name!r} (PCA input {spec['output']}) is not among the columns "
-                f"{sorted(columns)}"
-            )
-        scaled.append(scale_numeric(clean_numeric(columns[name], where=f"numeric {name!r}"), spec))
-    return project_pca(scaled, pca)
-
-
-def _columns(table: pa.Table | Mapping[str, Any]) -> dict[str, pa.Array]:
-    if isinstance(table, pa.Table):
-        return {name: _as_array(table.column(name)) for name in table.column_names}
-    return {name: _as_array(values) for name, values in table.items()}
-
-
-def _row_count(columns: Mapping[str, pa.Array]) -> int:
-    lengths = {len(v) for v in columns.values()}
-    if len(lengths) > 1:
-        raise TransformError(f"columns have different lengths {sorted(lengths)}")
-    return lengths.pop() if lengths else 0
 
 
 def feature_outputs(doc: Mapping[str, Any]) -> list[str]:
     """The encoded column names the transform produces, in document order."""
-    return [spec["output"] for role in ROLES for spec in doc[role]]
+    return outputs(doc)
