@@ -6,9 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import crossover
-from benchmarks.environment import REPO
 
-NOTES = REPO / "benchmarks" / "NOTES.md"  # hand-written reading of the committed run, appended
 INPUT_VS_FLOOR_TARGET = 0.8
 INPUT_VS_PANDAS_TARGET = 5.0
 PARSE_TARGET_S = 0.1
@@ -30,8 +28,8 @@ STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards") 
 # What a run leaves unmeasured, each bullet shown while its part is missing from the results.
 NOT_PROFILED = """\
 - The `profile` part (py-spy and the event log) at scale: it ran on the small day only, so
-  the stages' cost at scale is read from the jobs and passes of (a') and from the stage
-  A/B runs (`python -m benchmarks.stage_ab`) the notes below describe.
+  the stages' cost at scale is read from the jobs and passes of (a') and from stage A/B
+  runs (`python -m benchmarks.stage_ab`).
 """
 NOT_SEARCHED = """\
 - The single-node versions' crossing of the memory budget is interpolated between the
@@ -778,21 +776,71 @@ def _crossover_section(results: dict[str, Any]) -> list[str]:
 
 
 def _machine(results: dict[str, Any]) -> list[str]:
+    """The machine and the versions every table below was measured with."""
     m = results["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     return [
-        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}; "
-        f"shared: load average {m['load_average_at_start']} at the start, "
-        f"{results.get('load_average_at_end')} at the end",
+        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, "
+        "shared with other work",
         f"- Python {m['python']}, {m['java']}, Spark master `{m['spark_master']}`, driver heap "
-        f"`{m.get('driver_memory', '1g (Spark default)')}`"
+        f"`{m.get('driver_memory', '1g (Spark default)')}` unless a section names another"
         + (f", `SPARK_SUBMIT_OPTS={m['spark_submit_opts']}`" if m.get("spark_submit_opts") else "")
         + f"; {versions}",
-        f"- run {results['started']} .. {results.get('finished')}, {results['mode']} mode, "
-        f"config `{results['config']}`",
-        f"- command: `{results['command']}` (logs: `{results['logs']}`)",
-        *(f"- merged from a second run: `{c}`" for c in results.get("extra_commands", [])),
     ]
+
+
+# The parts of results.json each section renders: per-scale parts (`scales.<rows>.<part>`)
+# and whole-run ones (top-level keys). A section left out here names no command.
+SECTION_PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "_spark_section": (("spark",), ()),
+    "_passes_section": (("passes",), ()),
+    "_driver_section": (("driver",), ()),
+    "_input_section": (("input",), ()),
+    "_parse_section": ((), ("dag_parse",)),
+    "_single_node_section": (("single_node",), ("crossover",)),
+    "_small_day_section": ((), ("small_day",)),
+    "_profile_section": (("profile",), ("small_profile",)),
+}
+RUN_PARTS = {
+    "dag_parse": "the DAG parse",
+    "crossover": "the search of the budget's crossing",
+    "small_day": "the small day",
+    "small_profile": "the small day's profile",
+}
+
+
+def _run_command(results: dict[str, Any], started: str) -> str:
+    """The command of the run that started at `started`: this file's own run or one merged
+    into it with `--report-only ... --merge` (which records each merged run's command)."""
+    if started == results["started"]:
+        return results["command"]
+    return results.get("merged_commands", {}).get(started, "(command not recorded)")
+
+
+def measured_by(
+    results: dict[str, Any], scale_parts: tuple[str, ...], run_parts: tuple[str, ...]
+) -> list[str]:
+    """The command that measured a section's table, and the run's date; when its rows or
+    parts come from several runs, each run's command and what it measured."""
+    runs: dict[str, list[str]] = {}
+    for rows, scale in sorted(results["scales"].items(), key=lambda kv: int(kv[0])):
+        for part in scale_parts:
+            if part in scale:
+                started = scale[part].get("run", results["started"])
+                runs.setdefault(started, []).append(f"{int(rows):,} rows")
+    for key in run_parts:
+        if key in results:
+            started = results.get("merged_parts", {}).get(key, results["started"])
+            runs.setdefault(started, []).append(RUN_PARTS.get(key, key))
+    if not runs:
+        return []
+
+    def said(started: str) -> str:
+        return f"`{_run_command(results, started)}` on {started[:10]}"
+
+    if len(runs) == 1:
+        return ["", f"Measured by {said(next(iter(runs)))}."]
+    return ["", "Measured by:", *(f"- {said(s)}: {', '.join(what)}" for s, what in sorted(runs.items()))]
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -848,8 +896,10 @@ def write(results: dict[str, Any], out: Path) -> None:
     lines = [
         "# lakeprep benchmarks",
         "",
-        "Generated by `python -m benchmarks` (`make bench`) from `results.json` beside this file. "
-        "Ratios are measured side by side in one run; absolute times drift with the machine's load.",
+        "Rendered from `results.json` beside this file (`python -m benchmarks --report-only "
+        "benchmarks/results.json`; `make bench` measures anew). Each table names the command that "
+        "measured it. Ratios are measured side by side in one run; absolute times drift with the "
+        "machine's load.",
         "",
         *_machine(results),
         "",
@@ -870,10 +920,8 @@ def write(results: dict[str, Any], out: Path) -> None:
     )
     for section in sections:
         if part := section(results):
-            lines += [*part, ""]
+            lines += [*part, *measured_by(results, *SECTION_PARTS.get(section.__name__, ((), ()))), ""]
     lines += ["![time and peak memory against rows](results.png)", ""]
-    if results["mode"] == "full" and NOTES.is_file() and out.resolve() == NOTES.parent.resolve():
-        lines += [NOTES.read_text().rstrip(), ""]
     lines += [not_done(results)]
     (out / "RESULTS.md").write_text("\n".join(lines))
     plot(results, out / "results.png")

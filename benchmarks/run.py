@@ -594,10 +594,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             for key in ("dag_parse", "small_day", "small_profile", "crossover"):
                 if key in other:
                     results[key] = other[key]
-            extra = f"{other['command']} ({other['started']}, parts {other['config']['parts']})"
-            results.setdefault("extra_commands", [])
-            if extra not in results["extra_commands"]:
-                results["extra_commands"].append(extra)
+                    results.setdefault("merged_parts", {})[key] = other["started"]
+            results.setdefault("merged_commands", {})[other["started"]] = other["command"]
+            # Only the commands of runs whose parts are still here: the report names, under each
+            # table, the run that measured it (report.measured_by); replaced runs live in git.
+            in_use = {p.get("run") for s in results["scales"].values() for k, p in s.items() if k != "data"}
+            in_use |= set(results.get("merged_parts", {}).values())
+            results["merged_commands"] = {s: c for s, c in results["merged_commands"].items() if s in in_use}
             args.report_only.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
         report.write(results, args.report_only.parent)
         return
