@@ -274,6 +274,14 @@ def list_files(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
     )
 
 
+def list_folders(spark: SparkSession, uri: str) -> list[str]:
+    """Names of the folders directly under `uri`; none when it is a file or does not exist."""
+    fs, path = _jvm_path(spark, uri)
+    if not fs.exists(path) or not fs.getFileStatus(path).isDirectory():
+        return []
+    return sorted(str(st.getPath().getName()) for st in fs.listStatus(path) if st.isDirectory())
+
+
 def parquet_file_rows(spark: SparkSession, uri: str) -> dict[str, int]:
     """File name -> rows, for the Parquet files directly under `uri`, from their footers:
     no Spark job.

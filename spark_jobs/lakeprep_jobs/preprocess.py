@@ -8,9 +8,10 @@ A daily stage: nothing here is learned from data, so any number of days can run 
 parallel and a day's output never depends on another day (everything fitted happens
 once per run in `fit_transform`). Output columns, which `sample` and the window stages
 rely on: `id` (string), `label` (int), then every feature under its spec name:
-numerics as double (NaN becomes null), categoricals as strings with surrounding
-whitespace trimmed (empty becomes null, so `" B6 "` and `"B6"` are one category), text
-as `array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
+numerics as double (NaN becomes null), categoricals as strings with surrounding ASCII
+whitespace trimmed (space, tab, LF, CR, FF, VT: `lakeprep_contracts.references.WHITESPACE`;
+empty becomes null, so `" B6 "`, `"\tB6\n"` and `"B6"` are one category), text as
+`array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
 
 - De-duplication on the id: one row per id is kept, the one with the smallest hash of
   the whole row, so the choice does not depend on file order (`flag_duplicates`; only
@@ -18,8 +19,14 @@ as `array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
   the ids' 64-bit hashes). The others go to
   `_quarantine/` with `exact duplicate` or `conflicting duplicate id` as the reason:
   rows in = rows out + rows quarantined.
+- Reference tables are read as they stood on the partition's day (`day`): a folder of
+  dated snapshots (`dt=YYYY-MM-DD/`) gives its newest snapshot on or before the day, which
+  must be complete (`_SUCCESS`); a plain folder is one table with no history
+  (`lakeprep_contracts.references`). The report records which (`reference_snapshots`).
 - Reference tables are de-duplicated on their join keys and broadcast-joined (left), so
-  a join can never add or lose rows; unmatched rows are counted per table. Each table is
+  a join can never add or lose rows; unmatched rows are counted per table. String keys
+  are compared trimmed as categoricals are (empty as null), on both sides, without
+  changing the partition's values. Each table is
   read and de-duplicated once (`reference_rows`): the join and the profile's weights use
   the same rows. Their feature
   columns are profiled into `_stats.json` (validate profiles the raw ones), for drift:
@@ -35,7 +42,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import layout
+from lakeprep_contracts import layout, references
 from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
@@ -59,10 +66,14 @@ class PreprocessParams:
     text_max_length: int
     references: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     stats_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
+    # The partition's logical date (YYYY-MM-DD): which reference snapshots it joins.
+    day: str | None = None
 
     def __post_init__(self) -> None:
         if self.text_max_length < 1:
             raise ValueError(f"text_max_length {self.text_max_length!r} must be >= 1")
+        if self.day is not None and not _is_iso_date(self.day):
+            raise ValueError(f"day {self.day!r} must be the partition's date as YYYY-MM-DD")
         joined = {c["name"] for r in self.references for c in r["columns"]}
         others = [c for c in self.stats_kinds if c not in joined]
         if others:
@@ -72,17 +83,80 @@ class PreprocessParams:
             )
 
 
+def _is_iso_date(value: object) -> bool:
+    import datetime as dt
+
+    try:
+        return isinstance(value, str) and dt.date.fromisoformat(value).isoformat() == value
+    except ValueError:
+        return False
+
+
+def reference_snapshot(spark: SparkSession, ref: dict[str, Any], day: str | None) -> tuple[str, str | None]:
+    """(the URI to read, its snapshot's date) of a reference table for the partition of `day`.
+
+    A folder holding `dt=YYYY-MM-DD/` folders is a table of dated snapshots: the newest on
+    or before `day`, which must be complete. Anything else is read as it is (no history:
+    the date is None).
+
+    :raises SnapshotError: (a refusal) no snapshot on or before `day`, a badly named one,
+        data files beside the snapshots, or no `day` to choose by.
+    :raises FileNotFoundError: (retried) the chosen snapshot has no `_SUCCESS` yet.
+    """
+    uri, name = ref["uri"], ref["name"]
+    days = references.snapshot_days(common.list_folders(spark, uri), uri)
+    if not days:
+        return uri, None
+    loose = [f for f, _ in common.list_files(spark, uri) if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
+    if loose:
+        raise references.SnapshotError(
+            f"reference {name!r} ({uri}) holds dated snapshots and data files {loose[:3]} beside "
+            "them: move the files into a dt=YYYY-MM-DD snapshot, or the snapshots out"
+        )
+    if day is None:
+        raise references.SnapshotError(
+            f"reference {name!r} ({uri}) holds dated snapshots: the preprocess parameter `day` "
+            "(the partition's date, YYYY-MM-DD) chooses one; pass it"
+        )
+    snapshot = references.snapshot_for(days, day, name, uri)
+    chosen = layout.join(uri, f"{references.SNAPSHOT_PREFIX}{snapshot}")
+    if not common.exists(spark, layout.join(chosen, layout.SUCCESS)):
+        # Not a refusal: the snapshot may be landing. An older one is not used instead, so
+        # the day joins the same rows whenever it runs.
+        raise FileNotFoundError(
+            f"reference {name!r}: snapshot {chosen}, the newest on or before {day}, is not complete "
+            f"(no {layout.SUCCESS}): wait for it to land, or remove it if it was abandoned"
+        )
+    return chosen, snapshot
+
+
 def read_reference(spark: SparkSession, ref: dict[str, Any]) -> DataFrame:
     reader = spark.read.options(**ref.get("options", {}))
     return getattr(reader, ref["format"])(ref["uri"])
+
+
+def _key_names(ref: dict[str, Any]) -> list[str]:
+    """The columns a reference's join keys are compared in (`join_key`), on both sides."""
+    return [f"_key__{ref['name']}__{k}" for k in ref["join_keys"]]
+
+
+def join_key(column: Column, kind: str) -> Column:
+    """A join key as it is compared: a string trimmed of `references.WHITESPACE` at both ends
+    and empty as null, as a categorical is cleaned; any other type as it is."""
+    from pyspark.sql import functions as F
+
+    if kind != "string":
+        return column
+    return F.nullif(F.btrim(column, F.lit(references.WHITESPACE)), F.lit(""))
 
 
 def reference_rows(
     df: DataFrame, refs: list[tuple[dict[str, Any], DataFrame]]
 ) -> list[tuple[dict[str, Any], DataFrame]]:
     """Pure: each reference table as `join_reference_rows` joins it to `df`: its keys cast
-    to the types they have in `df` (or in an earlier reference's columns), its declared
-    columns, one row per key, and `_matched__<name>`, true on every row.
+    to the types they have in `df` (or in an earlier reference's columns) and compared as
+    `join_key` (in the `_key_names` columns), its declared columns, one row per key, and
+    `_matched__<name>`, true on every row.
 
     A key listed more than once keeps one row, the same whatever the table's order or
     partitioning: the smallest by its declared columns in order (nulls first), as
@@ -93,11 +167,14 @@ def reference_rows(
     dtypes = dict(df.dtypes)
     out = []
     for ref, table in refs:
-        keys = ref["join_keys"]
+        keys = _key_names(ref)
         right = table.select(
             # try_cast: an unparseable key in a reference table means "no match" (counted in
             # the report), not a failed day (Spark 4's ANSI cast would raise).
-            *[F.col(k).try_cast(dtypes[k]).alias(k) for k in keys],
+            *[
+                join_key(F.col(k).try_cast(dtypes[k]), dtypes[k]).alias(name)
+                for k, name in zip(ref["join_keys"], keys, strict=True)
+            ],
             *[F.expr(c["expr"]).alias(c["name"]) for c in ref["columns"]],
         )
         values = [F.col(f"`{c['name']}`") for c in ref["columns"]]
@@ -113,11 +190,18 @@ def reference_rows(
 
 
 def join_reference_rows(df: DataFrame, rows: list[tuple[dict[str, Any], DataFrame]]) -> DataFrame:
-    """Pure: left-join each of `reference_rows` on its keys (broadcast), in order."""
+    """Pure: left-join each of `reference_rows` on its keys (broadcast), in order.
+
+    The keys are matched as `join_key` makes them; `df`'s own key columns keep their values.
+    """
     from pyspark.sql import functions as F
 
     for ref, right in rows:
-        df = df.join(F.broadcast(right), on=ref["join_keys"], how="left")
+        dtypes, keys = dict(df.dtypes), _key_names(ref)
+        compared = [
+            join_key(F.col(k), dtypes[k]).alias(name) for k, name in zip(ref["join_keys"], keys, strict=True)
+        ]
+        df = df.select("*", *compared).join(F.broadcast(right), on=keys, how="left").drop(*keys)
     return df
 
 
@@ -273,7 +357,7 @@ def clean_features(df: DataFrame, p: PreprocessParams) -> DataFrame:
         F.col(p.id_column).cast("string").alias(layout.ID),
         F.col(p.label_column).cast("int").alias(layout.LABEL),
         *[F.nanvl(F.col(c).cast("double"), F.lit(None).cast("double")).alias(c) for c in p.numeric],
-        *[F.nullif(F.trim(F.col(c).cast("string")), F.lit("")).alias(c) for c in p.categorical],
+        *[join_key(F.col(c).cast("string"), "string").alias(c) for c in p.categorical],
         *[F.col(f"_tokens__{c}").alias(c) for c in p.text],
     ]
     return df.select(*cols)
@@ -325,10 +409,9 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
         flagged = flagged.cache()
     # Each reference table read and de-duplicated once: with statistics, the partition's join
     # and the weights below use the same rows (small, cached); without, there is one use.
-    refs = [
-        (ref, rows.cache() if p.stats_kinds else rows)
-        for ref, rows in reference_rows(flagged, [(ref, read_reference(spark, ref)) for ref in p.references])
-    ]
+    snapshots = {ref["name"]: reference_snapshot(spark, ref, p.day) for ref in p.references}
+    tables = [(ref, read_reference(spark, {**ref, "uri": snapshots[ref["name"]][0]})) for ref in p.references]
+    refs = [(ref, rows.cache() if p.stats_kinds else rows) for ref, rows in reference_rows(flagged, tables)]
     # Joined before the duplicates are set aside: a left join of de-duplicated keys keeps
     # every row, so the counts of the kept rows, their matches and the reasons are one
     # aggregation, observed while the partition is written (no pass of its own; the
@@ -354,6 +437,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
                 r["name"]: rows_out - int(counts[f"matched__{r['name']}"]) for r in p.references
             },
             "text_cut": {c: int(counts[f"cut__{c}"] or 0) for c in p.text},
+            # What each table was read from: a snapshot's folder and date, or the plain
+            # folder (snapshot null, no history).
+            "reference_snapshots": {
+                name: {"uri": uri, "snapshot": snapshot} for name, (uri, snapshot) in snapshots.items()
+            },
         }
         if quarantined:
             common.write_parquet(

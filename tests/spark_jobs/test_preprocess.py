@@ -425,3 +425,124 @@ def test_copies_across_files_keep_exactly_one_row(spark, tmp_path):
     else:
         assert kept["carrier"] == "UA"
         assert report["quarantine_reasons"] == {"conflicting duplicate id": 3}
+
+
+# ------------------------------------------------------------------- reference snapshots
+
+
+def land_snapshots(tmp_path, temps: dict[str, str], complete: bool = True) -> str:
+    """A weather table of dated snapshots (`dt=<day>/`), hour 5's temperature per day."""
+    ref = tmp_path / "snapshots" / "weather"
+    for day, temp in temps.items():
+        snapshot = ref / f"dt={day}"
+        snapshot.mkdir(parents=True)
+        (snapshot / "weather.csv").write_text(f"hour,temp\n5,{temp}\n6,{temp}\n")
+        if complete:
+            (snapshot / "_SUCCESS").write_text("")
+    return f"file://{ref}"
+
+
+def test_a_backfill_joins_the_snapshot_of_its_day(spark, tmp_path):
+    """Each day joins the newest snapshot on or before it: never a later day's facts."""
+    src, _ = land(spark, tmp_path, rows=MAIN_ROWS[:4])
+    ref_uri = land_snapshots(tmp_path, {"2013-01-10": "10", "2013-01-20": "20"})
+    joined = {}
+    for day in ("2013-01-10", "2013-01-15", "2013-01-25"):
+        out = f"file://{tmp_path}/preprocess/dt={day}"
+        report = preprocess.run(spark, [src], out, params(ref_uri, day=day))
+        joined[day] = (
+            {r["id"]: r["temp"] for r in spark.read.parquet(out).collect()},
+            report["reference_snapshots"],
+        )
+    want = {"2013-01-10": 10.0, "2013-01-15": 10.0, "2013-01-25": 20.0}
+    for day, temp in want.items():
+        temps, snapshots = joined[day]
+        assert temps == {"a": temp, "b": temp, "c": None, "d": temp}, day
+        snapshot = "2013-01-20" if temp == 20.0 else "2013-01-10"
+        assert snapshots == {"weather": {"uri": f"{ref_uri}/dt={snapshot}", "snapshot": snapshot}}
+
+
+def test_a_day_before_the_first_snapshot_is_refused_naming_the_reference_and_the_day(spark, tmp_path):
+    src, _ = land(spark, tmp_path)
+    ref_uri = land_snapshots(tmp_path, {"2013-01-10": "10", "2013-01-20": "20"})
+    out = tmp_path / "out"
+    with pytest.raises(
+        ValueError, match=r"reference 'weather' .* no snapshot dated on or before 2013-01-09"
+    ) as err:
+        preprocess.run(spark, [src], f"file://{out}", params(ref_uri, day="2013-01-09"))
+    assert "dt=2013-01-10" in str(err.value) and common.is_refusal(err.value)
+    assert not out.exists()
+
+
+def test_an_incomplete_snapshot_is_waited_for_not_passed_over(spark, tmp_path):
+    """The newest snapshot on or before the day without `_SUCCESS` fails the day (retried),
+    rather than joining the older one, which a rerun would not reproduce."""
+    src, _ = land(spark, tmp_path)
+    ref_uri = land_snapshots(tmp_path, {"2013-01-10": "10"})
+    land_snapshots(tmp_path, {"2013-01-20": "20"}, complete=False)
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"snapshot .*dt=2013-01-20, the newest on or before 2013-01-25, is not complete",
+    ) as err:
+        preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri, day="2013-01-25"))
+    assert not common.is_refusal(err.value)
+
+
+def test_snapshots_need_the_day_and_no_loose_files(spark, tmp_path):
+    src, _ = land(spark, tmp_path)
+    ref_uri = land_snapshots(tmp_path, {"2013-01-10": "10"})
+    with pytest.raises(
+        ValueError, match=r"reference 'weather' .* holds dated snapshots: the preprocess parameter `day`"
+    ):
+        preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri))
+    (tmp_path / "snapshots" / "weather" / "old.csv").write_text(WEATHER_CSV)
+    with pytest.raises(ValueError, match=r"holds dated snapshots and data files \[.*old.csv'\]"):
+        preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri, day="2013-01-10"))
+    with pytest.raises(ValueError, match=r"day '2013-1-10' must be the partition's date as YYYY-MM-DD"):
+        params(ref_uri, day="2013-1-10")
+
+
+def test_a_plain_reference_folder_is_recorded_as_no_history(spark, tmp_path):
+    src, ref_uri = land(spark, tmp_path, rows=MAIN_ROWS[:4])
+    report = preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri, day="2013-01-01"))
+    assert report["reference_snapshots"] == {"weather": {"uri": ref_uri, "snapshot": None}}
+
+
+# ------------------------------------------------------------------- trimmed categoricals
+
+PADDED = [("\tUA\t", "UA"), ("JFK\n", "JFK"), ("\r\nB6 \t", "B6"), ("\x0bAA\x0c", "AA"), (" \t\r\n", None)]
+
+
+def test_categoricals_are_trimmed_of_ascii_whitespace_not_of_a_no_break_space(spark):
+    rows = [(str(i), 0, 5, 1.0, raw, None) for i, (raw, _) in enumerate(PADDED)]
+    rows.append(("nbsp", 0, 5, 1.0, "\u00a0UA", None))
+    df = spark.createDataFrame(rows, MAIN_SCHEMA).withColumn("temp", spark_lit_none())
+    got = {r["id"]: r["carrier"] for r in preprocess.clean_features(df, params("unused")).collect()}
+    assert got == {**{str(i): clean for i, (_, clean) in enumerate(PADDED)}, "nbsp": "\u00a0UA"}
+
+
+def spark_lit_none():
+    from pyspark.sql import functions as F
+
+    return F.lit(None).cast("double")
+
+
+def test_padded_string_join_keys_match_and_keep_their_values(spark):
+    main = spark.createDataFrame([(raw, i) for i, (raw, _) in enumerate(PADDED)], "origin string, n int")
+    # The table's own keys padded too: " JFK" and "JFK\t" are one key (de-duplicated).
+    table = spark.createDataFrame(
+        [("UA", "1"), (" JFK", "2"), ("JFK\t", "2"), ("B6\r\n", "3"), ("AA", "4"), ("", "5")],
+        "origin string, t string",
+    )
+    ref = {"name": "w", "join_keys": ["origin"], "columns": [{"name": "t", "expr": "CAST(t AS INT)"}]}
+    joined = preprocess.join_references(main, [(ref, table)])
+    assert joined.columns == ["origin", "n", "t", "_matched__w"]
+    got = {r["n"]: (r["origin"], r["t"]) for r in joined.collect()}
+    # Matched whatever the padding; the partition's values unchanged; blank matches nothing.
+    assert got == {
+        0: ("\tUA\t", 1),
+        1: ("JFK\n", 2),
+        2: ("\r\nB6 \t", 3),
+        3: ("\x0bAA\x0c", 4),
+        4: (" \t\r\n", None),
+    }
