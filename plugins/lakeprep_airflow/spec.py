@@ -718,6 +718,9 @@ def _preprocess_params(spec: DatasetSpec, lake_root: str, ds: str) -> dict[str, 
         ],
         "id_column": spec.columns_with_role("id")[0],
         "label_column": spec.data["label"]["column"],
+        # The partition's day: a reference of dated snapshots joins the newest on or before
+        # it (lakeprep_contracts.references), so a backfill never joins later facts.
+        "day": ds,
         "tokenizer": TOKENIZER,
         # Reference-table features are profiled here (validate profiles the raw ones).
         "stats_kinds": {

@@ -171,6 +171,16 @@ def test_stage_params_are_accepted_by_the_spark_job(stage):
     assert dataclasses.asdict(built).items() >= params.items()
 
 
+def test_preprocess_gets_the_partition_day_that_chooses_reference_snapshots():
+    spec = load_spec(FLIGHTS)
+    params = spec_mod.stage_params(spec, "preprocess", lake_root="file:///lake", ds="2013-01-02", run_id="r1")
+    assert params["day"] == "2013-01-02"
+    assert [r["uri"] for r in params["references"]] == [
+        "file:///lake/reference/weather",
+        "file:///lake/reference/planes",
+    ]
+
+
 def params_class(stage: str) -> type:
     """The params dataclass a stage's job parses (`STAGE.params_cls`; balance's own)."""
     import importlib
