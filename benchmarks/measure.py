@@ -58,9 +58,9 @@ def _tree_rss(proc: psutil.Process) -> int:
 
     A JVM starts a child (Hadoop's local file system runs `rm`, `chmod`...) with
     posix_spawn, a vfork: until the child execs it shares the JVM's memory and reports the
-    JVM's RSS, so a plain sum counted a 4 GB driver twice whenever a sample fell in that
-    window (2026-12-03: two "JVMs" with the same 3.88 GB `RssAnon`, a 16 M-row
-    export_shards read as 9.6 GB). A child with its parent's virtual size and RSS
+    JVM's RSS, so a plain sum counts a 4 GB driver twice whenever a sample falls in that
+    window (two "JVMs" with the same 3.88 GB `RssAnon`: a 16 M-row export_shards read as
+    9.6 GB). A child with its parent's virtual size and RSS
     shares its parent's memory (within 5 %: the two are read a moment apart): it is skipped.
     """
     try:

@@ -233,8 +233,8 @@ def frozen_startup_objects():
     Start-up (torch, the model, the optimizer, the manifest) leaves a few hundred thousand
     objects that live for the whole run, and every batch allocates tensors, so the
     collector's full collections walked all of those objects again: over the 9 M rows
-    (35,000 batches) of the 16 M-row benchmark's export, 70 ms of a 1.1 s pass
-    (benchmarks/NOTES.md).
+    (35,000 batches) of the 16 M-row benchmark's export, 70 ms of a 1.1 s pass (the
+    benchmark's readers run frozen the same way: benchmarks/input_pipeline.py).
     Collected first (nothing unreachable is frozen), frozen for the epochs, thawed after,
     as Airflow's DAG processor does for its parse children. A host process that froze
     objects itself keeps its own arrangement: nothing is frozen or thawed here.

@@ -119,7 +119,7 @@ EXECUTOR_JAVA_OPTIONS = "spark.executor.extraJavaOptions"
 # contract of a few dozen columns typed and checked per row gives a method past 8,000
 # bytes of bytecode, which HotSpot never JIT-compiles by default (DontCompileHugeMethods):
 # the JVM interprets it for every row. Compiling it made validate's typing and checking
-# of 1 M rows 3x faster (benchmarks/NOTES.md). Spark's alternative knob,
+# of 1 M rows 3x faster (docs/PIPELINE.md, "Generated code the JIT compiles"). Spark's alternative knob,
 # spark.sql.codegen.hugeMethodLimit=8000, drops such plans to per-operator code instead,
 # which measured slower here. Driver and executors both run generated code.
 JIT_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
