@@ -334,6 +334,24 @@ def test_predict_without_the_reference_names_the_flag(trained, tmp_path, capsys)
     assert "--reference planes=PATH" in capsys.readouterr().err
 
 
+def test_predict_joins_the_reference_snapshot_of_the_date_given(trained, tmp_path, capsys):
+    """A folder of dated snapshots: the newest complete one, or --reference-date's."""
+    folder = tmp_path / "planes"
+    for day in ("2013-01-01", "2013-02-01"):
+        (folder / f"dt={day}").mkdir(parents=True)
+        shutil.copy(trained["planes"], folder / f"dt={day}" / "planes.csv")
+        (folder / f"dt={day}" / "_SUCCESS").write_text("")
+    source = tmp_path / "score.csv"
+    source.write_text("\n".join([HEADER, *trained["raw"]["validation"][:2]]) + "\n")
+    args = ["--model", str(trained["model"]), "--input", str(source), "--reference", f"planes={folder}"]
+    assert predict.main([*args, "--output", str(tmp_path / "p.jsonl")]) == 0
+    assert f"reference planes: {folder}/dt=2013-02-01 (snapshot 2013-02-01)" in capsys.readouterr().err
+    assert predict.main([*args, "--reference-date", "2013-01-15", "--output", str(tmp_path / "p.jsonl")]) == 0
+    assert f"reference planes: {folder}/dt=2013-01-01 (snapshot 2013-01-01)" in capsys.readouterr().err
+    assert predict.main([*args, "--reference-date", "2012-12-31"]) == 2
+    assert "reference 'planes'" in capsys.readouterr().err
+
+
 def test_a_model_folder_without_its_transform_cannot_serve(trained, tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()

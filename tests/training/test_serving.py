@@ -376,6 +376,74 @@ def test_a_repeated_reference_key_keeps_the_row_preprocess_keeps(spark, tmp_path
         assert [r["plane_model"] for r in ours] == ["ZZZ nulls first", "", "A b", None]
 
 
+def test_padded_string_join_keys_match_as_in_preprocess(spark):
+    """Tab, LF, CR and mixed padding on either side: the same matches as preprocess's Spark
+    join, the input's values kept; a blank key matches nothing."""
+    from lakeprep_jobs import preprocess
+
+    ref = PREPROCESS["references"][0]
+    keys = ["\tN1\t", "N2\n", "\r\nN3 \t", " \t\r\n", "N1", "N4"]
+    table = pa.table({"tailnum": keys, "k": list(range(len(keys)))})
+    planes = {
+        "tailnum": [" N1", "N2\t", "N3\r", "", "N4\u00a0"],
+        "seats": ["149", "55", "7", "1", "9"],
+        "manufacturer": ["B", "E", "C", "Z", "N"],
+        "model": ["1", "2", "3", "4", "5"],
+    }
+    ours = serving.join_references(table, [ref], {"planes": pa.table(planes)})
+    assert ours.column("tailnum").to_pylist() == keys
+    assert ours.column("seats").to_pylist() == [149.0, 55.0, 7.0, None, 149.0, None]
+    rows = [dict(zip(planes, values, strict=True)) for values in zip(*planes.values(), strict=True)]
+    df = spark.createDataFrame(table.to_pylist(), "tailnum string, k long")
+    theirs = preprocess.join_references(df, [(ref, spark.createDataFrame(rows))]).orderBy("k").collect()
+    assert [r["seats"] for r in theirs] == ours.column("seats").to_pylist()
+
+
+def land_planes_snapshots(tmp_path, seats: dict[str, int], complete: bool = True) -> str:
+    """A planes table of dated snapshots (`dt=<day>/`): N1's seats per day."""
+    folder = tmp_path / "planes"
+    for day, n in seats.items():
+        snapshot = folder / f"dt={day}"
+        snapshot.mkdir(parents=True)
+        (snapshot / "planes.csv").write_text(f"tailnum,seats,manufacturer,model\nN1,{n},B,x\n")
+        if complete:
+            (snapshot / "_SUCCESS").write_text("")
+    return str(folder)
+
+
+def test_serving_joins_the_newest_complete_snapshot_or_the_days(tmp_path):
+    folder = land_planes_snapshots(tmp_path, {"2013-01-10": 100, "2013-01-20": 200})
+    land_planes_snapshots(tmp_path, {"2013-01-30": 300}, complete=False)  # still landing
+    table = pa.table({"tailnum": ["N1"]})
+    ref = PREPROCESS["references"][0]
+
+    def seats(day=None):
+        path, snapshot = serving.reference_snapshot(folder, "planes", day)
+        joined = serving.join_references(table, [ref], {"planes": path})
+        return snapshot, joined.column("seats").to_pylist()[0]
+
+    assert seats() == ("2013-01-20", 200.0)  # the newest complete one
+    assert seats("2013-01-10") == ("2013-01-10", 100.0)
+    assert seats("2013-01-15") == ("2013-01-10", 100.0)
+    with pytest.raises(
+        serving.ServingError, match=r"reference 'planes' .* no snapshot dated on or before 2013-01-09"
+    ):
+        seats("2013-01-09")
+    with pytest.raises(
+        serving.ServingError, match=r"dt=2013-01-30 .* the newest on or before 2013-02-01, is not complete"
+    ):
+        seats("2013-02-01")
+    # A plain folder or file is no history.
+    plain = write(tmp_path, "planes.csv", PLANES)
+    assert serving.reference_snapshot(plain, "planes") == (plain, None)
+
+    source = write(tmp_path, "in.csv", f"{HEADER}\n2013,1,5,UA,1545,1400,20,N1,2013-01-06 03:00:00,x\n")
+    served = serving.serve(source, make_doc(), references={"planes": folder}, reference_date="2013-01-15")
+    assert served.reference_snapshots == {
+        "planes": {"uri": f"{folder}/dt=2013-01-10", "snapshot": "2013-01-10"}
+    }
+
+
 def test_carried_reference_columns_are_used_as_they_are(tmp_path):
     table = pa.table({"tailnum": ["N1"], "seats": ["12"], "plane_model": ["GIVEN"]})
     joined = serving.join_references(table, PREPROCESS["references"], {})

@@ -256,11 +256,20 @@ def test_the_schema_checks_selection_scores():
 
 def test_vocab_ids_known_unseen_and_missing():
     spec = vocab("carrier", ["UA", "B6", "EV"])
-    cleaned = tf.clean_categorical(pa.array(["UA", " B6 ", "EV", "", "  ", None, "ZZ", "ua", "\tUA"]))
+    cleaned = tf.clean_categorical(pa.array(["UA", " B6 ", "EV", "", "  ", None, "ZZ", "ua", "\u00a0UA"]))
     ids = enc.encode_categorical(cleaned, spec)
     assert ids.dtype == np.int32
-    # Spark's trim removes spaces only: "\tUA" is a category of its own (unseen).
+    # A no-break space is part of the value: "\u00a0UA" is a category of its own (unseen).
     assert ids.tolist() == [2, 3, 4, 0, 0, 0, 1, 1, 1]
+
+
+def test_categoricals_are_trimmed_of_tab_line_feed_and_carriage_return():
+    """As preprocess trims them: "\tUA\t" and "JFK\n" are "UA" and "JFK", not new categories."""
+    padded = ["\tUA\t", "JFK\n", "\r\nB6 \t", "\x0bEV\x0c", " \t\r\n", "U\tA"]
+    cleaned = tf.clean_categorical(pa.array(padded))
+    assert cleaned.to_pylist() == ["UA", "JFK", "B6", "EV", None, "U\tA"]
+    ids = enc.encode_categorical(cleaned, vocab("carrier", ["UA", "JFK", "B6", "EV"]))
+    assert ids.tolist() == [2, 3, 4, 5, 0, 1]
 
 
 def test_an_empty_vocabulary_maps_every_present_value_to_unseen():

@@ -1,7 +1,8 @@
 """Score raw records with a trained model folder: no Spark, no lake.
 
     python -m lakeprep_train.predict --model <model dir> --input <raw .csv|.jsonl|.parquet> \\
-        [--reference NAME=PATH ...] [--output predictions.jsonl|predictions.parquet]
+        [--reference NAME=PATH ...] [--reference-date YYYY-MM-DD] \\
+        [--output predictions.jsonl|predictions.parquet]
 
 The model folder is what the trainer writes: ``model.pt`` and the ``transform.json``
 the shards were made with. Each input row is checked against the raw contract and
@@ -12,7 +13,10 @@ output has one row per input row, in input order: ``id``, ``prediction`` (a clas
 when its label is present and one of ``label.classes`` (compare it with
 ``prediction`` for metrics); a blank or null label is no label; a present label that is
 not a class (or does not parse) is scored without it, and ``label_reason`` says why.
-The counts go to stderr: rows read = accepted + rejected.
+The counts go to stderr: rows read = accepted + rejected, and which snapshot of each
+reference was joined: a reference folder of dated snapshots (``dt=YYYY-MM-DD/``) gives
+its newest complete one, or with ``--reference-date`` the one preprocess joined for that
+day (to score a past day as it was trained).
 """
 
 from __future__ import annotations
@@ -157,9 +161,10 @@ def predict_rows(
     source: str | pa.Table,
     *,
     references: Mapping[str, str | pa.Table] | None = None,
+    reference_date: str | None = None,
 ) -> tuple[list[dict[str, Any]], serving.Served]:
     """One output row per input row, in input order (see the module docstring)."""
-    served = serving.serve(source, loaded.transform, references=references)
+    served = serving.serve(source, loaded.transform, references=references, reference_date=reference_date)
     probabilities = score(loaded, served.features)
     classes = list(loaded.classes)
     rows: list[dict[str, Any] | None] = [None] * served.rows_read
@@ -229,6 +234,17 @@ def _references(values: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _iso_date(value: str) -> str:
+    import datetime as dt
+
+    try:
+        if dt.date.fromisoformat(value).isoformat() == value:
+            return value
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"--reference-date {value!r}: expected YYYY-MM-DD")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m lakeprep_train.predict", description=__doc__.splitlines()[0]
@@ -238,12 +254,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--reference", action="append", default=[], metavar="NAME=PATH", help="a reference table, per name"
     )
+    parser.add_argument(
+        "--reference-date",
+        type=_iso_date,
+        metavar="YYYY-MM-DD",
+        help="join each reference's snapshot of this day (default: its newest complete snapshot)",
+    )
     parser.add_argument("--output", help="predictions .jsonl or .parquet (default: JSON lines on stdout)")
     args = parser.parse_args(argv)
     try:
         references = _references(args.reference)
         loaded = load_model(args.model)
-        rows, served = predict_rows(loaded, args.input, references=references)
+        rows, served = predict_rows(
+            loaded, args.input, references=references, reference_date=args.reference_date
+        )
         write_predictions(rows, loaded.classes, args.output)
     except (argparse.ArgumentTypeError, ValueError, OSError) as err:
         print(f"predict failed: {err}", file=sys.stderr)
@@ -253,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.input}: rows read {served.rows_read} = accepted {accepted} + rejected {len(served.rejected)}",
         file=sys.stderr,
     )
+    for name, read in served.reference_snapshots.items():
+        when = f"snapshot {read['snapshot']}" if read["snapshot"] else "no snapshots"
+        print(f"reference {name}: {read['uri']} ({when})", file=sys.stderr)
     if served.rejected:
         print(f"rejected by reason: {served.reason_counts}", file=sys.stderr)
     if served.labels is not None:

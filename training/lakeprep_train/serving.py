@@ -19,6 +19,9 @@ or Parquet file, or a pyarrow Table, so that a record scores as it would have tr
    timestamps read in the contract's ``time_zone`` like Spark's session time zone.
 3. **Reference joins** (:func:`join_references`): each reference table, de-duplicated on
    its join keys, left-joined in DuckDB, unless the input already carries its columns.
+   A folder of dated snapshots (``dt=YYYY-MM-DD/``) gives its newest complete snapshot,
+   or with ``reference_date`` the one preprocess would join for that day
+   (:func:`reference_snapshot`). String keys are compared trimmed, as categoricals are.
 4. :func:`lakeprep_train.transform.apply_transform`.
 """
 
@@ -37,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakeprep_contracts import references as reference_layout
 from lakeprep_train import storage
 from lakeprep_train import transform as tf
 
@@ -770,11 +774,57 @@ def read_reference(source: str | pa.Table, ref: Mapping[str, Any], zone: str = "
     return pa.table(records.columns)
 
 
-def _data_files(source: str) -> list[str] | None:
-    """The data files of a local folder (names not starting with `_` or `.`), or None for a file."""
+def reference_snapshot(source: str, name: str, day: str | None = None) -> tuple[str, str | None]:
+    """(the path to read, its snapshot's date) of a reference table given to serving.
+
+    A folder of ``dt=YYYY-MM-DD/`` snapshots (lakeprep_contracts.references) gives, without
+    ``day``, its newest snapshot with ``_SUCCESS``: live records join what is known now,
+    and a snapshot still landing is passed over. With ``day``, the snapshot preprocess joins
+    for that day (the newest on or before it, which must be complete), to score a past day
+    as it was trained. Anything else is read as it is (no history: the date is None).
+
+    :raises ServingError: no snapshot to join, naming the reference, the folder and the day.
+    """
+    path = _local_path(source)
+    if not path.is_dir():
+        return source, None
+    try:
+        days = reference_layout.snapshot_days((f.name for f in path.iterdir() if f.is_dir()), source)
+    except reference_layout.SnapshotError as err:
+        raise ServingError(str(err)) from err
+    if not days:
+        return source, None
+    if day is None:
+        complete = [
+            d for d in days if (path / f"{reference_layout.SNAPSHOT_PREFIX}{d}" / "_SUCCESS").is_file()
+        ]
+        if not complete:
+            raise ServingError(
+                f"reference {name!r} ({source}): none of its snapshots {days} is complete (no _SUCCESS)"
+            )
+        chosen = complete[-1]
+    else:
+        try:
+            chosen = reference_layout.snapshot_for(days, day, name, source)
+        except reference_layout.SnapshotError as err:
+            raise ServingError(str(err)) from err
+        if not (path / f"{reference_layout.SNAPSHOT_PREFIX}{chosen}" / "_SUCCESS").is_file():
+            raise ServingError(
+                f"reference {name!r}: snapshot {reference_layout.SNAPSHOT_PREFIX}{chosen} of {source}, "
+                f"the newest on or before {day}, is not complete (no _SUCCESS)"
+            )
+    return str(path / f"{reference_layout.SNAPSHOT_PREFIX}{chosen}"), chosen
+
+
+def _local_path(source: str) -> Path:
     from urllib.parse import urlsplit
 
-    path = Path(urlsplit(source).path if source.startswith("file://") else source)
+    return Path(urlsplit(source).path if source.startswith("file://") else source)
+
+
+def _data_files(source: str) -> list[str] | None:
+    """The data files of a local folder (names not starting with `_` or `.`), or None for a file."""
+    path = _local_path(source)
     if not path.is_dir():
         return None
     return sorted(str(f) for f in path.iterdir() if f.is_file() and not f.name.startswith(("_", ".")))
@@ -789,7 +839,9 @@ def join_references(
     """Left-join each reference on its keys, as preprocess does; rows are neither added nor lost.
 
     The reference's keys are cast (``try_cast``) to the main table's types, so an
-    unparseable key never matches; the table is de-duplicated on its keys, keeping the
+    unparseable key never matches; string keys are compared as categoricals are cleaned
+    (trimmed of ``WHITESPACE``, empty as null) on both sides, the input's values kept as
+    they are. The table is de-duplicated on its keys, keeping the
     row that is smallest by its output columns in order (nulls first), the row preprocess
     keeps whatever the file order. A reference whose output columns the input already
     carries is used as it is and needs no source.
@@ -817,11 +869,17 @@ def join_references(
             )
         main_types = {f.name: f.type for f in table.schema}
         right_columns: dict[str, pa.Array] = {}
-        for k in keys:
+        left = table.drop([c for c in carried])
+        compared = [f"__key{i}" for i in range(len(keys))]
+        for k, key in zip(keys, compared, strict=True):
             kind = _contract_kind(main_types[k])
-            right_columns[k] = tf.spark_try_cast(
-                tf.spark_string(right_raw.column(k), zone=zone), kind, zone=zone
-            )
+            right_key = tf.spark_try_cast(tf.spark_string(right_raw.column(k), zone=zone), kind, zone=zone)
+            left_key = table.column(k)
+            if kind == "string":
+                right_key = tf.clean_categorical(right_key, zone=zone)
+                left_key = tf.clean_categorical(left_key, zone=zone)
+            right_columns[key] = right_key
+            left = left.append_column(key, left_key)
         con = _duckdb(zone)
         con.register("__t", right_raw)
         schema = {f.name: _sql_type_of(f.type) for f in right_raw.schema}
@@ -834,13 +892,11 @@ def join_references(
             right_columns[c] = evaluated.column(c).combine_chunks()
         right = pa.table(right_columns)
         right = right.append_column("__order", pa.array(np.arange(right.num_rows, dtype=np.int64)))
-        left = table.drop([c for c in carried]).append_column(
-            "__row", pa.array(np.arange(table.num_rows, dtype=np.int64))
-        )
+        left = left.append_column("__row", pa.array(np.arange(table.num_rows, dtype=np.int64)))
         con.register("__left", left)
         con.register("__right", right)
-        key_list = ", ".join(f'"{k}"' for k in keys)
-        on = " AND ".join(f'l."{k}" = r."{k}"' for k in keys)
+        key_list = ", ".join(f'"{k}"' for k in compared)
+        on = " AND ".join(f'l."{k}" = r."{k}"' for k in compared)
         picked = ", ".join(f'r."{c}"' for c in outputs)
         smallest = ", ".join([*(f'"{c}" ASC NULLS FIRST' for c in outputs), "__order"])
         joined = _fetch(
@@ -850,7 +906,7 @@ def join_references(
                 f"SELECT l.*, {picked} FROM __left l LEFT JOIN r ON {on} ORDER BY l.__row"
             )
         )
-        table = _normalize(joined).drop(["__row"])
+        table = _normalize(joined).drop(["__row", *compared])
     return table
 
 
@@ -889,6 +945,8 @@ class Served:
     labels: np.ndarray | None = None
     # {"row", "line", "id", "reason"} per accepted row whose present label is not used.
     unused_labels: list[dict[str, Any]] = field(default_factory=list)
+    # Per reference read from a path: {"uri": what was read, "snapshot": its date or None}.
+    reference_snapshots: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     @property
     def reason_counts(self) -> dict[str, int]:
@@ -915,6 +973,7 @@ def serve(
     *,
     references: Mapping[str, str | pa.Table] | None = None,
     file_format: str | None = None,
+    reference_date: str | None = None,
 ) -> Served:
     """Raw records -> the transform's encoded columns, with validate's rejections.
 
@@ -922,6 +981,8 @@ def serve(
     dropped. The label is optional: a row without one is scored all the same, and one
     whose label is present but unusable is scored with that label left out and listed in
     ``unused_labels`` (:func:`check_contract`). See the module docstring for the steps.
+    ``reference_date`` (YYYY-MM-DD) joins the reference snapshots of that day instead of
+    the newest (:func:`reference_snapshot`).
     """
     contract = Contract.from_params(doc["contract"]["validate"])
     raw = read_records(source, contract, file_format=file_format)
@@ -943,7 +1004,14 @@ def serve(
         # The transform encodes features; the label, null for some rows, stays out of it.
         table = table.drop([contract.label_column])
     preprocess = doc["contract"].get("preprocess", {})
-    table = join_references(table, preprocess.get("references", []), references or {}, contract.time_zone)
+    sources: dict[str, str | pa.Table] = dict(references or {})
+    snapshots: dict[str, dict[str, str | None]] = {}
+    for name, given in sources.items():
+        if isinstance(given, str):
+            uri, snapshot = reference_snapshot(given, name, reference_date)
+            sources[name] = uri
+            snapshots[name] = {"uri": uri, "snapshot": snapshot}
+    table = join_references(table, preprocess.get("references", []), sources, contract.time_zone)
     features = tf.apply_transform(table, doc, zone=contract.time_zone)
     return Served(
         rows_read=len(raw),
@@ -955,4 +1023,5 @@ def serve(
         missing_columns=checked.missing_columns,
         labels=labels,
         unused_labels=unused_labels,
+        reference_snapshots=snapshots,
     )

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import regex
 
 from lakeprep_contracts.encode import ROLES, TransformError, as_array, distinct, encode, outputs
+from lakeprep_contracts.references import WHITESPACE
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
@@ -481,12 +482,12 @@ def clean_numeric(values: Any, *, where: str = "") -> np.ndarray:
 
 
 def clean_categorical(values: Any, *, zone: str = "UTC") -> pa.Array:
-    """Step 2 for a categorical: Spark's string of the value, spaces trimmed, empty = null.
+    """Step 2 for a categorical: Spark's string of the value, whitespace trimmed, empty = null.
 
-    Spark's ``trim`` removes the space character only (not tabs or no-break spaces), and
-    so does this.
+    Trimmed of ``lakeprep_contracts.references.WHITESPACE`` (space, tab, LF, CR, FF, VT) at
+    both ends, as preprocess trims it with Spark's ``btrim``; a no-break space is kept.
     """
-    strings = pc.utf8_trim(spark_string(values, zone=zone), characters=" ")
+    strings = pc.utf8_trim(spark_string(values, zone=zone), characters=WHITESPACE)
     return pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
 
 
