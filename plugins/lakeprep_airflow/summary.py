@@ -84,6 +84,8 @@ def collect(
             **(reports["validate"] or {}).get("quarantine_reasons", {}),
             **(reports["preprocess"] or {}).get("quarantine_reasons", {}),
         },
+        # Which reference tables the day joined: a dated snapshot, or a plain folder (null).
+        "reference_snapshots": (reports["preprocess"] or {}).get("reference_snapshots") or {},
         "class_counts_before_sampling": (reports["sample"] or {}).get("class_counts_before"),
         "class_counts_after_sampling": (reports["sample"] or {}).get("class_counts_after"),
         "class_balance": _balance_view(sampling),
@@ -299,6 +301,14 @@ def render(day: dict[str, Any]) -> str:
     if day["quarantine_reasons"]:
         lines.append(
             "quarantine reasons: " + ", ".join(f"{k}: {v}" for k, v in day["quarantine_reasons"].items())
+        )
+    if day.get("reference_snapshots"):
+        lines.append(
+            "reference tables joined: "
+            + ", ".join(
+                f"{name} {read['snapshot'] or '(no snapshots)'} ({read['uri']})"
+                for name, read in day["reference_snapshots"].items()
+            )
         )
     if day["class_counts_before_sampling"]:
         lines.append(

@@ -611,3 +611,21 @@ def test_plugin_and_dag_imports_stay_light():
     loaded, views = out.splitlines()[-2:]
     assert loaded == "[]"
     assert "'href': 'lakeprep-report/{DAG_ID}/{RUN_ID}/'" in views and "'destination': 'dag_run'" in views
+
+
+def test_the_reference_snapshots_each_day_joined_are_in_the_summary(lake):
+    write_day(lake)
+    snapshots = {
+        "weather": {"uri": "file:///lake/reference/weather/dt=2013-01-01", "snapshot": "2013-01-01"},
+        "planes": {"uri": "file:///lake/reference/planes", "snapshot": None},
+    }
+    preprocess = {"rows_in": 110, "rows_out": 110, "rows_quarantined": 0, "reference_snapshots": snapshots}
+    _write(lake, "preprocess", "_lakeprep_report.json", preprocess)
+
+    day = summary.collect(f"file://{lake}", "flights", DS)
+
+    assert day["reference_snapshots"] == snapshots
+    assert (
+        "reference tables joined: weather 2013-01-01 (file:///lake/reference/weather/dt=2013-01-01), "
+        "planes (no snapshots) (file:///lake/reference/planes)"
+    ) in summary.render(day)
