@@ -37,6 +37,11 @@ ROWS = [
     ("a-4", 1, 99999.0, 1.0e9, 10**6, None, None, 3, "Airbus A320-214 " * 20, "LATE!!! late, late"),
     ("a-5", 0, -3.25, 0.0, 0, "", "  ", 2, "ÉCOLE Straße 𝐀𝐁 日本語", LONG_TEXT),
     ("a-6", 1, 0.1, 300.5, 15, "ev", "EWR", 5, "EMBRAER\tERJ 145\nXR", "ünseen wörds 😀"),
+    # Categoricals padded with tab, line feed, carriage return and the like are trimmed;
+    # a no-break space is part of the value.
+    ("a-7", 0, 500.0, 100.0, 30, "\tUA\t", "JFK\n", 4, "x", "late"),
+    ("a-8", 1, 600.0, 120.0, 40, "\r\nB6 \t", "\x0bLGA\x0c", 6, None, "storm"),
+    ("a-9", 0, 700.0, 130.0, 50, "\u00a0EV", " \t\r\n", 2, "y", None),
 ]
 
 
@@ -128,6 +133,11 @@ def test_spark_and_numpy_give_the_same_features(spark):
     # The rows were chosen to reach every branch: unseen, missing and known ids all occur.
     assert {0, 1, 2, 3} <= set(ours["cat__carrier"].tolist())
     assert (ours["txt__note"] == 1).any() and (ours["txt__note"] == 0).any()
+    # Padded with tab, LF or CR: the known category; a no-break space: unseen; blank: missing.
+    carrier = dict(zip(ours["id"].tolist(), ours["cat__carrier"].tolist(), strict=True))
+    assert (carrier["a-7"], carrier["a-8"], carrier["a-9"]) == (carrier["a-1"], carrier["a-2"], 1)
+    origin = dict(zip(ours["id"].tolist(), ours["cat__origin"].tolist(), strict=True))
+    assert (origin["a-7"], origin["a-8"], origin["a-9"]) == (origin["a-1"], origin["a-2"], 0)
 
 
 def test_spark_and_numpy_agree_after_selection_and_pca(spark):
