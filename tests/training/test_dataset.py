@@ -16,7 +16,8 @@ import torch
 
 from lakeprep_train import dataset
 from lakeprep_train.dataset import RankBatches, ShardSpan, plan_rank, split_batches
-from lakeprep_train.manifest import load_manifest
+from lakeprep_train.manifest import load_manifest, with_transform_document
+from tests.training import prepared_export
 
 
 def epoch_ids(dataset: RankBatches, epoch: int) -> list[list[str]]:
@@ -428,3 +429,182 @@ def test_processes_of_a_gloo_group_read_one_export_each_row_once(
         for x in b
         for row in x
     ]
+
+
+# ------------------------------------- prepared shards, encoded at read time; shard slices
+
+
+def batches_of(manifest, world_size: int, rank: int, **options) -> list:
+    ds = RankBatches(manifest, "train", rank, world_size=world_size, with_ids=True, **options)
+    ds.check_shards()
+    ds.set_epoch(1)
+    return list(ds)
+
+
+def assert_same_batches(left: list, right: list) -> None:
+    assert len(left) == len(right)
+    for a, b in zip(left, right, strict=True):
+        # Bit for bit: float32 compared as its int32 bits (NaN, -0.0 and all).
+        assert torch.equal(a.numeric.view(torch.int32), b.numeric.view(torch.int32))
+        assert torch.equal(a.categorical, b.categorical) and torch.equal(a.text, b.text)
+        assert torch.equal(a.label, b.label) and list(a.ids) == list(b.ids)
+        assert a.numeric.dtype == b.numeric.dtype and a.text.dtype == b.text.dtype
+
+
+@pytest.mark.parametrize(("world_size", "shuffle"), [(1, False), (2, True), (3, False)])
+def test_prepared_shards_give_the_batches_of_their_encoded_shards(tmp_path, world_size, shuffle):
+    encoded_path, prepared_path = prepared_export.write_pair(tmp_path)
+    encoded = load_manifest(str(encoded_path))
+    prepared = with_transform_document(load_manifest(str(prepared_path)))
+    assert prepared.shard_columns == "prepared" and encoded.shard_columns == "encoded"
+    for rank in range(world_size):
+        left = batches_of(encoded, world_size, rank, shuffle=shuffle, seed=4)
+        right = batches_of(prepared, world_size, rank, shuffle=shuffle, seed=4)
+        assert_same_batches(left, right)
+    # The rows exercise what the transform does: missing, clipped, unseen, cut and padded.
+    everything = [b for r in range(world_size) for b in batches_of(prepared, world_size, r)]
+    numeric = torch.cat([b.numeric for b in everything])
+    categorical = torch.cat([b.categorical for b in everything])
+    text = torch.cat([b.text for b in everything])
+    assert numeric[:, 0].max() == pytest.approx((2000 - 900) / 400)  # clipped at the upper bound
+    assert numeric[:, 0].min() == pytest.approx((100 - 900) / 400)
+    assert (numeric[:, 0] == (1000 - 900) / 400).any()  # missing: the fill, 0.25 exactly
+    assert set(categorical[:, 0].tolist()) == {0, 1, 2, 3, 4}  # missing, unseen, the vocabulary
+    assert (text[:, 0, :] != 0).all(dim=1).any() and (text[:, 0, :] == 0).all(dim=1).any()
+    assert (text[:, 1, 3] == 0).all()  # note keeps 3 tokens, padded to the tensor's 4
+    assert set(text[:, 1, :3].unique().tolist()) == {0, 1, 2, 3}
+
+
+def test_split_batches_of_prepared_shards_equal_the_encoded(tmp_path):
+    encoded_path, prepared_path = prepared_export.write_pair(tmp_path, row_group_size=7)
+    encoded = load_manifest(str(encoded_path))
+    prepared = with_transform_document(load_manifest(str(prepared_path)))
+    assert_same_batches(
+        list(split_batches(encoded, "train", with_ids=True)),
+        list(split_batches(prepared, "train", with_ids=True)),
+    )
+
+
+def test_prepared_shards_need_the_transform_document(tmp_path):
+    _, prepared_path = prepared_export.write_pair(tmp_path)
+    with pytest.raises(ValueError, match=r"shard_columns is 'prepared'.*with_transform_document"):
+        RankBatches(load_manifest(str(prepared_path)), "train", 0)
+
+
+def test_a_prepared_shard_with_a_wrong_column_type_is_refused_naming_it(tmp_path):
+    _, prepared_path = prepared_export.write_pair(tmp_path)
+    shard = prepared_path.parent / "shards" / "shard-00001.parquet"
+    table = pq.read_table(shard)
+    table = table.set_column(
+        table.schema.get_field_index("carrier"), "carrier", pa.array(range(table.num_rows), pa.int64())
+    )
+    pq.write_table(table, shard, row_group_size=16)
+    manifest = with_transform_document(load_manifest(str(prepared_path)))
+    message = r"shard shards/shard-00001.parquet:? column 'carrier' has type int64, expected string"
+    with pytest.raises(ValueError, match=message):
+        RankBatches(manifest, "train", 0).check_shards()
+    with pytest.raises(ValueError, match=message):
+        list(RankBatches(manifest, "train", 0))
+
+
+def write_slices(tmp_path, entries, *, remainder="drop", batch_size=8):
+    """Files A (50 rows) and B (40 rows) of encoded rows in row groups of 8; ``entries`` slice them."""
+    doc = prepared_export.transform_doc()
+    rows = prepared_export.prepared_rows(90, seed=3)
+    encoded = prepared_export.encoded_rows(rows, doc)
+    files = {
+        "A": prepared_export.write_file(encoded.slice(0, 50), tmp_path / "shards" / "shard-a.parquet", 8),
+        "B": prepared_export.write_file(encoded.slice(50, 40), tmp_path / "shards" / "shard-b.parquet", 8),
+    }
+    ids = {"A": encoded.column("id").to_pylist()[:50], "B": encoded.column("id").to_pylist()[50:]}
+    manifest_entries = []
+    expected: list[str] = []
+    for name, offset, count, keep_file_rows in entries:
+        entry = {**files[name], "offset": offset, "rows": count}
+        if not keep_file_rows:
+            del entry["file_rows"]
+        manifest_entries.append(entry)
+        expected += ids[name][offset : offset + count]
+    path = prepared_export.write_manifest(
+        tmp_path, manifest_entries, batch_size=batch_size, remainder=remainder
+    )
+    return path, expected
+
+
+SLICES = [
+    ("A", 10, 20, True),
+    ("B", 0, 40, True),
+    ("A", 10, 20, True),
+    ("B", 0, 15, False),
+    ("A", 33, 17, True),
+]
+
+
+@pytest.mark.parametrize("remainder", ["drop", "pad"])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_shard_slices_give_exactly_the_rows_they_name(tmp_path, world_size, remainder):
+    path, expected = write_slices(tmp_path, SLICES, remainder=remainder)
+    manifest = load_manifest(str(path))
+    n = len(expected)
+    assert n == 112 and len(set(expected)) < n  # a repeated slice repeats its rows
+    per_rank = n // world_size if remainder == "drop" else math.ceil(n / world_size)
+    ranks = []
+    for rank in range(world_size):
+        batches = batches_of(manifest, world_size, rank)
+        assert len(batches) == math.ceil(per_rank / 8)  # equal steps on every rank
+        ranks.append([row for b in batches for row in b.ids])
+    assert [len(r) for r in ranks] == [per_rank] * world_size
+    assert [row for r in ranks for row in r] == (expected + expected)[: per_rank * world_size]
+
+
+def test_shuffled_slices_permute_entries_and_read_every_row(tmp_path):
+    path, expected = write_slices(tmp_path, SLICES)
+    manifest = load_manifest(str(path))
+    for epoch in (0, 1):
+        seen = []
+        for rank in range(2):
+            ds = RankBatches(manifest, "train", rank, world_size=2, shuffle=True, seed=1, with_ids=True)
+            ds.set_epoch(epoch)
+            seen += [row for b in ds for row in b.ids]
+        assert collections.Counter(seen) == collections.Counter(expected)
+
+
+def test_a_slice_reads_only_the_row_groups_it_overlaps(tmp_path, monkeypatch):
+    path, expected = write_slices(tmp_path, [("A", 10, 20, True)])
+    groups = []
+    read = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(
+        pq.ParquetFile, "read_row_group", lambda self, g, **kw: groups.append(g) or read(self, g, **kw)
+    )
+    [batch_ids] = [[row for b in batches_of(load_manifest(str(path)), 1, 0) for row in b.ids]]
+    assert batch_ids == expected
+    assert sorted(groups) == [1, 2, 3]  # rows 8..31 of the file, in groups of 8
+
+
+@pytest.mark.parametrize(
+    ("slices", "message"),
+    [
+        ([("A", 10, 20, True), ("B", 30, 20, False)], r"has 40 rows, but the entry reads rows \[30, 50\)"),
+        ([("A", 0, 40, True), ("B", 0, 25, False)], None),
+    ],
+)
+def test_a_slice_past_the_files_end_is_refused_naming_the_shard(tmp_path, slices, message):
+    path, expected = write_slices(tmp_path, slices)
+    manifest = load_manifest(str(path))
+    if message is None:  # a prefix without file_rows reads
+        assert [row for b in batches_of(manifest, 1, 0) for row in b.ids] == expected
+        return
+    at = r"splits.train rank 0:? shard shards/shard-b.parquet:? "
+    with pytest.raises(ValueError, match=at + message):
+        RankBatches(manifest, "train", 0).check_shards()
+    with pytest.raises(ValueError, match=at + message):
+        list(RankBatches(manifest, "train", 0))
+
+
+def test_file_rows_must_equal_the_files_row_count(tmp_path, edit_manifest):
+    path, _ = write_slices(tmp_path, [("A", 0, 20, True), ("B", 0, 40, True)])
+    edit_manifest(path, lambda m: m["splits"]["train"]["shards"][0].update(file_rows=49))
+    with pytest.raises(
+        ValueError, match=r"shard shards/shard-a.parquet has 50 rows, the manifest's file_rows says 49"
+    ):
+        RankBatches(load_manifest(str(path)), "train", 0).check_shards()

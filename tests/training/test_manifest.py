@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from lakeprep_contracts import documents
+from lakeprep_train import manifest as manifest_module
 from lakeprep_train.manifest import ManifestError, load_manifest, parse_manifest, verify_shards
+from tests.training import prepared_export
 
 REPO = Path(__file__).resolve().parents[2]
 # What the handoff puts on the trainer's path: the trainer and the contracts it reads.
@@ -259,3 +262,101 @@ def test_check_cli_reports_a_structural_error(copied_export, edit_manifest):
     result = check_cli(copied_export)
     assert result.returncode == 1
     assert "format_version: expected 1, got '1'" in result.stderr
+
+
+# ----------------------------------------------------- prepared shards and shard slices
+
+
+def test_a_prepared_manifest_without_a_transform_is_refused_naming_the_field(tmp_path, edit_manifest):
+    _, prepared = prepared_export.write_pair(tmp_path)
+    edit_manifest(prepared, lambda m: m.update(transform=None))
+    with pytest.raises(ManifestError, match=r"transform: required when shard_columns is 'prepared'"):
+        load_manifest(str(prepared))
+
+
+def test_shard_columns_is_encoded_or_prepared(tmp_path, edit_manifest):
+    encoded, prepared = prepared_export.write_pair(tmp_path)
+    assert load_manifest(str(encoded)).shard_columns == "encoded"  # absent: today's shards
+    edit_manifest(prepared, lambda m: m.update(shard_columns="raw"))
+    with pytest.raises(ManifestError, match=r"shard_columns"):
+        load_manifest(str(prepared))
+
+
+def test_verify_passes_prepared_shards_and_names_a_wrong_column_type(tmp_path):
+    _, prepared = prepared_export.write_pair(tmp_path)
+    assert verify_shards(load_manifest(str(prepared))) == []
+    shard = prepared.parent / "shards" / "shard-00002.parquet"
+    table = pq.read_table(shard)
+    table = table.set_column(
+        table.schema.get_field_index("plane_model"), "plane_model", table.column("carrier")
+    )
+    pq.write_table(table, shard)
+    problems = verify_shards(load_manifest(str(prepared)))
+    assert (
+        "splits.train.shards[2] (shards/shard-00002.parquet): column 'plane_model' has type string, "
+        "expected strings" in problems
+    )
+
+
+def test_verify_a_prepared_manifest_checks_its_transform(tmp_path):
+    _, prepared = prepared_export.write_pair(tmp_path)
+    (prepared.parent / "transform.json").write_text("{}")
+    [problem] = verify_shards(load_manifest(str(prepared)))
+    assert problem.startswith("transform.sha256 is ")
+
+
+def test_verify_hashes_each_file_once_and_checks_every_slice(tmp_path, edit_manifest, monkeypatch):
+    encoded, _ = prepared_export.write_pair(tmp_path, rows=90, files=2)
+
+    def slice_files(m):
+        first, second = m["splits"]["train"]["shards"]
+        del second["file_rows"]  # a slice without it: the file needs at least offset + rows rows
+        m["splits"]["train"]["shards"] = [
+            {**first, "offset": 5, "rows": 40},
+            {**second, "offset": 0, "rows": 45},
+            {**first, "offset": 0, "rows": 45},
+            {**second, "offset": 30, "rows": 20},  # past the end of its 45 rows
+        ]
+        plan = m["splits"]["train"]["plan"]
+        plan.update(shards_per_rank=4, rows_per_rank=150, steps_per_rank=10)
+        m["splits"]["train"].update(rows=150, rows_available=150, class_counts={"0": 150, "1": 0})
+
+    edit_manifest(encoded, slice_files)
+    opened = []
+    open_input = manifest_module.storage.open_input
+    monkeypatch.setattr(
+        manifest_module.storage, "open_input", lambda loc: opened.append(loc) or open_input(loc)
+    )
+    problems = verify_shards(load_manifest(str(encoded)))
+    assert problems == [
+        "splits.train.shards[3] (shards/shard-00001.parquet).rows: manifest says 20 from offset 30, Parquet "
+        "footer says 45: the file has 45 rows, but the entry reads rows [30, 50) (offset 30 + rows 20): "
+        "past the file's end"
+    ]
+    # Each file opened twice (its hash, its footer), whatever the entries slicing it.
+    assert (
+        sorted(os.path.basename(loc) for loc in opened if loc.endswith(".parquet"))
+        == ["shard-00000.parquet"] * 2 + ["shard-00001.parquet"] * 2
+    )
+
+
+def test_a_slice_past_a_recorded_file_end_is_refused_when_loading(tmp_path, edit_manifest):
+    encoded, _ = prepared_export.write_pair(tmp_path, rows=90, files=2)
+    edit_manifest(encoded, lambda m: m["splits"]["train"]["shards"][1].update(offset=30, rows=20))
+    with pytest.raises(
+        ManifestError, match=r"splits.train.shards\[1\]: offset 30 \+ rows 20 = 50 is past the file's end"
+    ):
+        load_manifest(str(encoded))
+
+
+def test_entries_of_one_file_must_agree_on_it(tmp_path, edit_manifest):
+    encoded, _ = prepared_export.write_pair(tmp_path, rows=90, files=2)
+
+    def repeat_with_other_bytes(m):
+        shards = m["splits"]["train"]["shards"]
+        shards.append({**shards[0], "bytes": shards[0]["bytes"] + 1})
+        m["splits"]["train"]["plan"]["shards_per_rank"] = 3
+
+    edit_manifest(encoded, repeat_with_other_bytes)
+    with pytest.raises(ManifestError, match=r"shards\[2\].bytes: .* but shards\[0\] names the same file"):
+        load_manifest(str(encoded))

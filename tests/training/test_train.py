@@ -240,3 +240,21 @@ def test_a_host_that_froze_objects_itself_keeps_them_frozen(monkeypatch):
     finally:
         monkeypatch.undo()
         gc.unfreeze()
+
+
+def test_prepared_shards_train_as_their_encoded_shards(tmp_path):
+    """The trainer hands the transform it checked to the loader: the same losses, bit for bit."""
+    from tests.training import prepared_export
+
+    encoded, prepared = prepared_export.write_pair(tmp_path / "data", rows=200, files=2)
+    losses = []
+    for manifest in (encoded, prepared):
+        out = tmp_path / manifest.parent.name
+        args = ["-m", "lakeprep_train", "--manifest", str(manifest), "--output", str(out)]
+        result = run_module([*args, "--epochs", "2", "--device", "cpu", "--seed", "3"])
+        assert result.returncode == 0, result.stderr
+        losses.append(json.loads((out / "metrics.json").read_text())["train_loss"])
+    assert losses[0] == losses[1]
+    assert (tmp_path / "prepared" / "transform.json").read_bytes() == (
+        tmp_path / "data" / "prepared" / "transform.json"
+    ).read_bytes()

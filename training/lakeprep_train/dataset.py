@@ -37,9 +37,9 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -48,11 +48,17 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset
 
+from lakeprep_contracts.encode import encode, input_columns
 from lakeprep_train import storage
-from lakeprep_train.manifest import rows_per_rank_for
+from lakeprep_train.manifest import (
+    column_problems,
+    expected_columns,
+    rows_per_rank_for,
+    transform_for_features,
+)
 
 if TYPE_CHECKING:
-    from lakeprep_train.manifest import Manifest, Split
+    from lakeprep_train.manifest import Manifest, Shard, Split
 
 _Block = dict[str, np.ndarray]  # one chunk of rows: tensor name -> numpy array
 _T = TypeVar("_T")
@@ -96,10 +102,24 @@ class Batch:
 
 
 class FeatureLayout:
-    """Which shard columns go into which tensor, in the manifest's feature order."""
+    """Which shard columns go into which tensor, in the manifest's feature order.
+
+    Shards of ``shard_columns: "prepared"`` hold the day's prepared rows: the layout
+    reads the transform's input columns and encodes each row group with
+    ``lakeprep_contracts.encode.encode`` (the one implementation of the transform), so
+    the tensors are the same bits an encoded shard of those rows gives. The manifest
+    must carry its checked transform document (``manifest.with_transform_document``).
+    """
 
     def __init__(self, manifest: Manifest) -> None:
         self.location = manifest.location
+        # The transform the rows are encoded with as they are read; None: encoded shards.
+        self.transform: Mapping[str, Any] | None = None
+        # Column -> kind of Arrow type, checked against each file read (prepared shards).
+        self.expected: Mapping[str, str] | None = None
+        if manifest.shard_columns == "prepared":
+            self.expected = expected_columns(manifest)  # raises without the document
+            self.transform = transform_for_features(manifest, manifest.transform_document)
         self.numeric = manifest.features_with_role("numeric")
         self.categorical = manifest.features_with_role("categorical")
         self.text = manifest.features_with_role("text")
@@ -112,8 +132,33 @@ class FeatureLayout:
         self.text_length = max((f.length for f in self.text), default=0)
 
     def columns(self, with_ids: bool) -> list[str]:
-        names = [f.name for f in (*self.numeric, *self.categorical, *self.text)]
+        if self.transform is not None:
+            names = input_columns(self.transform)
+        else:
+            names = [f.name for f in (*self.numeric, *self.categorical, *self.text)]
         return [*(["id"] if with_ids else []), self.label, *names]
+
+    def _features(self, table: pa.Table, where: str) -> dict[str, np.ndarray]:
+        """Each feature's values as numpy: numerics and categoricals ``[n]``, texts ``[n, length]``."""
+        if self.transform is None:
+            for name in table.column_names:
+                if table.column(name).null_count:
+                    raise ValueError(f"{where}: column {name!r} has nulls; the manifest contract has none")
+            values = {f.name: table.column(f.name).to_numpy() for f in (*self.numeric, *self.categorical)}
+            for f in self.text:
+                values[f.name] = _token_matrix(
+                    table.column(f.name), table.num_rows, f.length, f"{where}: text {f.name!r}"
+                )
+            return values
+        for name in ("id", self.label):  # prepared features may be missing (null); these may not
+            if name in table.column_names and table.column(name).null_count:
+                raise ValueError(f"{where}: column {name!r} has nulls; a prepared shard has none there")
+        try:
+            return encode(
+                {name: table.column(name) for name in input_columns(self.transform)}, self.transform
+            )
+        except ValueError as err:  # TransformError: a column its role cannot take
+            raise ValueError(f"{where}: {err}") from err
 
     def to_block(self, table: pa.Table, where: str) -> _Block:
         """Convert a row group to numpy, checking what the contract promises.
@@ -124,12 +169,10 @@ class FeatureLayout:
         written once: no zero fill before the copy.
         """
         n = table.num_rows
-        for name in table.column_names:
-            if table.column(name).null_count:
-                raise ValueError(f"{where}: column {name!r} has nulls; the manifest contract has none")
+        values = self._features(table, where)
         numeric = _empty((n, len(self.numeric)), NUMERIC_DTYPE)
         for j, f in enumerate(self.numeric):
-            numeric[:, j] = table.column(f.name).to_numpy()
+            numeric[:, j] = values[f.name]
         # NaN propagates through max and min, +inf is the max and -inf the min: two
         # vectorised reductions (no mask, no overflow) clear the matrix.
         finite = not numeric.size or bool(np.isfinite(numeric.max()) and np.isfinite(numeric.min()))
@@ -139,14 +182,13 @@ class FeatureLayout:
                 raise ValueError(f"{where}: numeric column(s) {bad} hold NaN or infinity")
         categorical = _empty((n, len(self.categorical)), ID_DTYPE)
         for j, f in enumerate(self.categorical):
-            ids = table.column(f.name).to_numpy()
+            ids = values[f.name]
             _check_ids(ids, f.cardinality, f"{where}: categorical {f.name!r}", "cardinality")
             categorical[:, j] = ids
         tokens = []
         for f in self.text:
-            at = f"{where}: text {f.name!r}"
-            tokens.append(_token_matrix(table.column(f.name), n, f.length, at))
-            _check_ids(tokens[-1], f.vocab_size, at, "vocab_size")
+            tokens.append(values[f.name])
+            _check_ids(tokens[-1], f.vocab_size, f"{where}: text {f.name!r}", "vocab_size")
         if len(tokens) == 1 and tokens[0].flags.writeable:
             # One text feature: its ids, row after row, already are the [n, 1, L] matrix,
             # in a buffer this row group alone holds. No copy.
@@ -588,43 +630,57 @@ def plan_rank(
 _Piece = tuple[str, pa.Table, np.ndarray | None]
 
 
+def _file_problem(
+    shard: Shard, rows: int, schema: pa.Schema, expected: Mapping[str, str] | None
+) -> str | None:
+    """Why the file (its footer's rows and schema) cannot serve the entry: too few rows for its
+    offset and rows, or (``expected``, prepared shards) a column missing or of another type."""
+    problem = shard.file_rows_problem(rows)
+    if problem is None and expected is not None:
+        problems = column_problems(schema, expected)
+        if problems:
+            problem = f"{'; '.join(problems)} (shard_columns 'prepared', docs/MANIFEST.md)"
+    return problem
+
+
 def _span_tables(
     split: Split,
     spans: Iterable[ShardSpan],
     columns: list[str],
     rng: np.random.Generator | None,
     where: str,
+    expected: Mapping[str, str] | None = None,
 ) -> Iterator[_Piece]:
     """The row groups of ``spans`` as pyarrow tables, sliced to the spans: the I/O and decoding.
 
-    ``rng`` draws the order of the row groups within a span and of the rows within each
-    row group here, in reading order, so that the order does not depend on which thread
-    converts the rows.
+    A span's rows are rows of its shard entry, which starts at the entry's ``offset`` in
+    its file: only the row groups the span overlaps there are read. ``expected``: the
+    column types each file must have (prepared shards). ``rng`` draws the order of the
+    row groups within a span and of the rows within each row group here, in reading
+    order, so that the order does not depend on which thread converts the rows.
     """
     for span in spans:
         shard = split.shards[span.index]
         at = f"{where} shard {shard.path}".strip()
+        first, last = shard.offset + span.start, shard.offset + span.stop  # rows of the file
         try:
             with storage.open_input(shard.location) as f:
                 parquet = pq.ParquetFile(f)
                 metadata = parquet.metadata
-                if metadata.num_rows != shard.rows:
-                    raise ValueError(
-                        f"{at}: has {metadata.num_rows} rows, the manifest's rows says {shard.rows}"
-                    )
+                problem = _file_problem(shard, metadata.num_rows, parquet.schema_arrow, expected)
+                if problem:
+                    raise ValueError(f"{at}: {problem}")
                 starts = np.cumsum(
                     [0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]
                 )
                 groups = [
-                    g
-                    for g in range(metadata.num_row_groups)
-                    if starts[g] < span.stop and starts[g + 1] > span.start
+                    g for g in range(metadata.num_row_groups) if starts[g] < last and starts[g + 1] > first
                 ]
                 if rng is not None:
                     groups = [groups[i] for i in rng.permutation(len(groups))]
                 for group in groups:
-                    lo = max(span.start, int(starts[group])) - int(starts[group])
-                    hi = min(span.stop, int(starts[group + 1])) - int(starts[group])
+                    lo = max(first, int(starts[group])) - int(starts[group])
+                    hi = min(last, int(starts[group + 1])) - int(starts[group])
                     table = parquet.read_row_group(group, columns=columns).slice(lo, hi - lo)
                     yield at, table, (rng.permutation(hi - lo) if rng is not None else None)
         except (OSError, pa.ArrowException) as err:
@@ -656,7 +712,7 @@ def read_spans(
 
     ``rng`` shuffles the row groups within a span and the rows within a row group.
     """
-    return _blocks(_span_tables(split, spans, layout.columns(with_ids), rng, where), layout)
+    return _blocks(_span_tables(split, spans, layout.columns(with_ids), rng, where, layout.expected), layout)
 
 
 def _batch_pipeline(
@@ -677,7 +733,9 @@ def _batch_pipeline(
     without the GIL, so reading and converting overlap. Shards are exported in row groups
     of a bounded number of rows (docs/MANIFEST.md), so there are several to overlap.
     """
-    pieces: Iterator[_Piece] = _span_tables(split, spans, layout.columns(with_ids), rng, where)
+    pieces: Iterator[_Piece] = _span_tables(
+        split, spans, layout.columns(with_ids), rng, where, layout.expected
+    )
     if read_ahead:
         pieces = _Background(([piece] for piece in pieces), 1, None, "lakeprep-read")
     return _batch_runs(_blocks(pieces, layout), batch_size)
@@ -762,18 +820,22 @@ class RankBatches(IterableDataset):
         """Compare every shard's Parquet footer with the manifest, before any collective starts.
 
         All of the split's shards, not only this epoch's: later epochs read others, and a
-        rank that fails mid-epoch leaves the others waiting at the next all-reduce.
+        rank that fails mid-epoch leaves the others waiting at the next all-reduce. Each
+        file's footer is read once, however many entries slice it; prepared shards'
+        column types are checked against the transform's roles too.
         """
+        footers: dict[str, tuple[int, pa.Schema]] = {}  # location -> (rows, schema)
         for shard in self.split.shards:
-            try:
-                with storage.open_input(shard.location) as f:
-                    rows = pq.ParquetFile(f).metadata.num_rows
-            except (OSError, pa.ArrowException) as err:
-                raise ValueError(f"{self.where}: cannot read shard {shard.path}: {err}") from err
-            if rows != shard.rows:
-                raise ValueError(
-                    f"{self.where}: shard {shard.path} has {rows} rows, the manifest's rows says {shard.rows}"
-                )
+            if shard.location not in footers:
+                try:
+                    with storage.open_input(shard.location) as f:
+                        parquet = pq.ParquetFile(f)
+                        footers[shard.location] = (parquet.metadata.num_rows, parquet.schema_arrow)
+                except (OSError, pa.ArrowException) as err:
+                    raise ValueError(f"{self.where}: cannot read shard {shard.path}: {err}") from err
+            problem = _file_problem(shard, *footers[shard.location], self.layout.expected)
+            if problem:
+                raise ValueError(f"{self.where}: shard {shard.path} {problem}")
 
     def __iter__(self) -> Iterator[Batch]:
         plan = self.plan

@@ -27,8 +27,8 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -102,12 +102,34 @@ class Plan:
 
 @dataclass(frozen=True)
 class Shard:
+    """One entry of a split's ``shards``: rows ``[offset, offset + rows)`` of one file.
+
+    Several entries may name the same file (a class oversampled repeats its rows; an
+    undersampled one takes a prefix of a file sorted by the sampling hash).
+    """
+
     path: str  # as written in the manifest, relative to its folder
     location: str  # resolved against the manifest's folder; what storage opens
     rank: int
     rows: int
-    bytes: int
-    sha256: str
+    bytes: int  # of the file
+    sha256: str  # of the file
+    offset: int = 0  # the entry's first row in the file
+    # The file's exact row count: ``file_rows`` as recorded; ``rows`` for an entry with
+    # neither ``offset`` nor ``file_rows`` (the whole file); None for a slice without it.
+    file_rows: int | None = None
+
+    def file_rows_problem(self, found: int) -> str | None:
+        """Why a file of ``found`` rows cannot hold this entry (None: it can)."""
+        if self.file_rows is not None and found != self.file_rows:
+            field = "rows" if self.file_rows == self.rows and not self.offset else "file_rows"
+            return f"has {found} rows, the manifest's {field} says {self.file_rows}"
+        if found < self.offset + self.rows:
+            return (
+                f"has {found} rows, but the entry reads rows [{self.offset}, {self.offset + self.rows}) "
+                f"(offset {self.offset} + rows {self.rows}): past the file's end"
+            )
+        return None
 
 
 @dataclass(frozen=True)
@@ -153,6 +175,10 @@ class Manifest:
     splits: dict[str, Split]
     class_weights: dict[str, float] | None
     transform: TransformRef | None = None
+    shard_columns: str = "encoded"
+    # The transform's document, once read and checked (:func:`with_transform_document`):
+    # what the loader encodes "prepared" shards with.
+    transform_document: Mapping[str, Any] | None = None
 
     def features_with_role(self, role: str) -> tuple[Feature, ...]:
         return tuple(f for f in self.features if f.role == role)
@@ -232,6 +258,11 @@ def rule_problems(raw: dict[str, Any]) -> list[str]:
         if not math.isfinite(w)
     ]
     problems += _window_problems(raw)
+    if raw.get("shard_columns", "encoded") == "prepared" and not raw.get("transform"):
+        problems.append(
+            "transform: required when shard_columns is 'prepared': the shards hold prepared rows, "
+            "which the trainer encodes with this transform (write its uri and sha256)"
+        )
     return problems
 
 
@@ -284,16 +315,28 @@ def _split_problems(where: str, split: dict[str, Any], classes: list[str]) -> li
             f"{where}.shards: {len(shards)} shards != plan.world_size * plan.shards_per_rank "
             f"= {w} * {plan['shards_per_rank']}"
         )
-    paths: set[str] = set()
+    files: dict[str, tuple[int, dict[str, Any]]] = {}  # path -> its first entry
     for i, shard in enumerate(shards):
         if shard["rank"] != i % w:
             problems.append(
                 f"{where}.shards[{i}].rank: shard {i} belongs to rank {i} % world_size {w} "
                 f"= {i % w}, got {shard['rank']}"
             )
-        if shard["path"] in paths:
-            problems.append(f"{where}.shards[{i}].path: {shard['path']!r} is listed twice")
-        paths.add(shard["path"])
+        file_rows = shard.get("file_rows")
+        end = shard.get("offset", 0) + shard["rows"]
+        if file_rows is not None and end > file_rows:
+            problems.append(
+                f"{where}.shards[{i}]: offset {shard.get('offset', 0)} + rows {shard['rows']} = {end} "
+                f"is past the file's end (file_rows {file_rows})"
+            )
+        # Entries may share a file (slices of it); they must describe the same file.
+        first, entry = files.setdefault(shard["path"], (i, shard))
+        for key in ("bytes", "sha256", "file_rows"):
+            if key in entry and key in shard and entry[key] != shard[key]:
+                problems.append(
+                    f"{where}.shards[{i}].{key}: {shard.get(key)!r}, but shards[{first}] names the same "
+                    f"file {shard['path']!r} with {entry.get(key)!r}"
+                )
     if len(problems) == n_before:  # per-rank sums only mean something with the right ranks
         for rank in range(w):
             held = sum(s["rows"] for s in shards if s["rank"] == rank)
@@ -349,7 +392,16 @@ def _build(raw: dict[str, Any], location: str) -> Manifest:
         p = s["plan"]
         plan = Plan(p["world_size"], p["batch_size"], p["rows_per_rank"], p["steps_per_rank"], p["remainder"])
         shards = tuple(
-            Shard(x["path"], storage.join(folder, x["path"]), x["rank"], x["rows"], x["bytes"], x["sha256"])
+            Shard(
+                x["path"],
+                storage.join(folder, x["path"]),
+                x["rank"],
+                x["rows"],
+                x["bytes"],
+                x["sha256"],
+                x.get("offset", 0),
+                x.get("file_rows", None if "offset" in x else x["rows"]),
+            )
             for x in s["shards"]
         )
         natural = s.get("class_counts_natural")
@@ -379,7 +431,96 @@ def _build(raw: dict[str, Any], location: str) -> Manifest:
             if transform
             else None
         ),
+        shard_columns=raw.get("shard_columns", "encoded"),
     )
+
+
+def read_transform_bytes(manifest: Manifest) -> bytes:
+    """The bytes of the manifest's transform, checked against its sha256.
+
+    :raises ManifestError: naming ``transform`` when there is none, the file cannot be
+        read, or its sha256 differs.
+    """
+    ref = manifest.transform
+    if ref is None:
+        raise ManifestError(manifest.location, ["transform: the manifest has none"])
+    try:
+        with storage.open_input(ref.location) as f:
+            data = f.read()
+    except (OSError, ValueError) as err:
+        raise ManifestError(
+            manifest.location, [f"transform.uri {ref.uri!r}: cannot read {ref.location}: {err}"]
+        ) from err
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != ref.sha256:
+        raise ManifestError(
+            manifest.location, [f"transform.sha256 is {ref.sha256}, but {ref.location} has sha256 {digest}"]
+        )
+    return data
+
+
+def with_transform_document(manifest: Manifest, data: bytes | None = None) -> Manifest:
+    """``manifest`` carrying its transform's document, which "prepared" shards are encoded with.
+
+    ``data``: the transform's bytes, already checked against ``transform.sha256`` (as
+    the trainer reads them); read and checked here when None. The document is checked
+    (``lakeprep_train.transform.check_document``) and must produce every feature the
+    manifest lists, with the same role and width.
+
+    :raises ManifestError: naming the transform and what is wrong with it.
+    """
+    from lakeprep_train.transform import check_document
+
+    if data is None:
+        data = read_transform_bytes(manifest)
+    where = manifest.transform.location if manifest.transform else "transform"
+    try:
+        doc = check_document(json.loads(data.decode("utf-8")), where)
+    except (UnicodeDecodeError, ValueError) as err:  # TransformError and JSONDecodeError too
+        raise ManifestError(manifest.location, [f"transform.uri: {err}"]) from err
+    problems = _document_problems(manifest, doc)
+    if problems:
+        raise ManifestError(manifest.location, problems)
+    return replace(manifest, transform_document=doc)
+
+
+def _document_problems(manifest: Manifest, doc: Mapping[str, Any]) -> list[str]:
+    """Each manifest feature is an output of ``doc`` with the manifest's role and width."""
+    specs = {spec["output"]: (role, spec) for role in ROLES for spec in doc[role]}
+    problems = []
+    for i, f in enumerate(manifest.features):
+        if f.name not in specs:
+            problems.append(
+                f"features[{i}].name: {f.name!r} is not an output of the transform {sorted(specs)}"
+            )
+            continue
+        role, spec = specs[f.name]
+        if role != f.role:
+            problems.append(f"features[{i}].role: {f.role!r}, the transform makes {f.name!r} a {role}")
+        elif role == "text" and f.length != int(spec["max_tokens"]):
+            problems.append(
+                f"features[{i}].shape: {list(f.shape)}, the transform keeps max_tokens {spec['max_tokens']}"
+            )
+    return problems
+
+
+def transform_for_features(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` cut to the manifest's features: encoding it computes exactly the model's columns."""
+    wanted = {f.name for f in manifest.features}
+    return {**doc, **{role: [s for s in doc[role] if s["output"] in wanted] for role in ROLES}}
+
+
+def prepared_schema(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, str]:
+    """Column -> the kind of Arrow type a "prepared" shard holds it as (docs/MANIFEST.md)."""
+    from lakeprep_contracts.encode import input_columns
+
+    doc = transform_for_features(manifest, doc)
+    roles = {s["name"]: role for role in ROLES for s in doc[role] if "pca_component" not in s}
+    roles.update({s["name"]: "numeric" for s in (doc.get("pca") or {}).get("inputs", [])})
+    columns = {"id": "string", manifest.label.name: "integer"}
+    for name in input_columns(doc):
+        columns[name] = {"numeric": "number", "categorical": "string", "text": "strings"}[roles[name]]
+    return columns
 
 
 def shard_schema(manifest: Manifest) -> dict[str, str]:
@@ -391,8 +532,16 @@ def shard_schema(manifest: Manifest) -> dict[str, str]:
 
 
 def _type_matches(kind: str, arrow_type: pa.DataType) -> bool:
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
     if kind == "string":
         return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    if kind == "number":  # a prepared numeric: double (null or NaN missing); any number encodes
+        return pa.types.is_floating(arrow_type) or pa.types.is_integer(arrow_type)
+    if kind == "strings":  # a prepared text: its tokens
+        return (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and _type_matches(
+            "string", arrow_type.value_type
+        )
     if kind == "integer":
         return pa.types.is_integer(arrow_type)
     if kind == "floating":
@@ -404,51 +553,91 @@ def _type_matches(kind: str, arrow_type: pa.DataType) -> bool:
     ) and pa.types.is_integer(arrow_type.value_type)
 
 
+def expected_columns(manifest: Manifest) -> dict[str, str]:
+    """Column -> the kind of Arrow type the manifest's shards hold it as, encoded or prepared.
+
+    Prepared shards need the transform's document (:func:`with_transform_document`).
+    """
+    if manifest.shard_columns != "prepared":
+        return shard_schema(manifest)
+    if manifest.transform_document is None:
+        raise ValueError(
+            f"{manifest.location}: shard_columns is 'prepared', and the transform document is not "
+            "loaded: read it with lakeprep_train.manifest.with_transform_document(manifest)"
+        )
+    return prepared_schema(manifest, manifest.transform_document)
+
+
+def column_problems(schema: pa.Schema, expected: Mapping[str, str]) -> list[str]:
+    """Each expected column that ``schema`` lacks or holds as another kind of type."""
+    problems = []
+    for column, kind in expected.items():
+        index = schema.get_field_index(column)
+        if index < 0:
+            problems.append(f"column {column!r} is missing")
+        elif not _type_matches(kind, schema.field(index).type):
+            problems.append(f"column {column!r} has type {schema.field(index).type}, expected {kind}")
+    return problems
+
+
 def verify_shards(manifest: Manifest) -> list[str]:
     """Check every shard's bytes, sha256, Parquet row count and columns against the manifest.
 
-    Reads each shard once in full (for the checksum). Returns human-readable problems,
-    each naming the split, shard path and field; an empty list means the shards are
-    what the manifest says.
+    Reads each file once in full (for the checksum), however many entries slice it.
+    Prepared shards are checked against the transform's input columns and their roles
+    (the transform read and checked here unless the manifest carries it). Returns
+    human-readable problems, each naming the split, shard path and field; an empty list
+    means the shards are what the manifest says.
     """
     problems: list[str] = []
-    expected_columns = shard_schema(manifest)
+    if manifest.shard_columns == "prepared" and manifest.transform_document is None:
+        try:
+            manifest = with_transform_document(manifest)
+        except ManifestError as err:
+            return list(err.problems)
+    expected = expected_columns(manifest)
+    files: dict[str, tuple[int, str] | None] = {}  # location -> (rows, schema problems); None: unreadable
     for split in manifest.splits.values():
         for i, shard in enumerate(split.shards):
             at = f"splits.{split.name}.shards[{i}] ({shard.path})"
-            try:
-                with storage.open_input(shard.location) as f:
-                    size = f.size()
-                    digest = hashlib.sha256()
-                    while chunk := f.read(_CHUNK):
-                        digest.update(chunk)
-            except OSError as err:
-                problems.append(f"{at}: cannot read {shard.location}: {err}")
+            if shard.location not in files:
+                files[shard.location] = _verify_file(shard, at, expected, problems)
+            found = files[shard.location]
+            if found is None:
                 continue
-            if size != shard.bytes:
-                problems.append(f"{at}.bytes: manifest says {shard.bytes}, file has {size}")
-            if digest.hexdigest() != shard.sha256:
-                problems.append(f"{at}.sha256: manifest says {shard.sha256}, file has {digest.hexdigest()}")
-            try:
-                with storage.open_input(shard.location) as f:
-                    metadata = pq.ParquetFile(f).metadata
-                    schema = metadata.schema.to_arrow_schema()
-            except (OSError, pa.ArrowException) as err:
-                problems.append(f"{at}: not a readable Parquet file: {err}")
-                continue
-            if metadata.num_rows != shard.rows:
+            problem = shard.file_rows_problem(found)
+            if problem:
                 problems.append(
-                    f"{at}.rows: manifest says {shard.rows}, Parquet footer says {metadata.num_rows}"
+                    f"{at}.rows: manifest says {shard.rows} from offset {shard.offset}, Parquet footer "
+                    f"says {found}: the file {problem}"
                 )
-            for column, kind in expected_columns.items():
-                index = schema.get_field_index(column)
-                if index < 0:
-                    problems.append(f"{at}: column {column!r} is missing")
-                elif not _type_matches(kind, schema.field(index).type):
-                    problems.append(
-                        f"{at}: column {column!r} has type {schema.field(index).type}, expected {kind}"
-                    )
     return problems
+
+
+def _verify_file(shard: Shard, at: str, expected: Mapping[str, str], problems: list[str]) -> int | None:
+    """The file's bytes, sha256 and columns into ``problems``; its row count (None: unreadable)."""
+    try:
+        with storage.open_input(shard.location) as f:
+            size = f.size()
+            digest = hashlib.sha256()
+            while chunk := f.read(_CHUNK):
+                digest.update(chunk)
+    except OSError as err:
+        problems.append(f"{at}: cannot read {shard.location}: {err}")
+        return None
+    if size != shard.bytes:
+        problems.append(f"{at}.bytes: manifest says {shard.bytes}, file has {size}")
+    if digest.hexdigest() != shard.sha256:
+        problems.append(f"{at}.sha256: manifest says {shard.sha256}, file has {digest.hexdigest()}")
+    try:
+        with storage.open_input(shard.location) as f:
+            metadata = pq.ParquetFile(f).metadata
+            schema = metadata.schema.to_arrow_schema()
+    except (OSError, pa.ArrowException) as err:
+        problems.append(f"{at}: not a readable Parquet file: {err}")
+        return None
+    problems += [f"{at}: {p}" for p in column_problems(schema, expected)]
+    return metadata.num_rows
 
 
 def rows_per_rank_for(rows: int, world_size: int, remainder: str) -> int:

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from lakeprep_train.dataset import ID_DTYPE, LABEL_DTYPE, NUMERIC_DTYPE, RankBatches, RankPlan, plan_rank
-from lakeprep_train.manifest import Manifest, ManifestError, load_manifest
+from lakeprep_train.manifest import Manifest, ManifestError, load_manifest, with_transform_document
 from lakeprep_train.model import TabularMLP
 
 log = logging.getLogger("lakeprep_train")
@@ -214,6 +214,8 @@ def check_run(
         plan_train(manifest, DistributedEnv(rank, world_size, rank % nproc_per_node, nproc_per_node))
         for rank in range(world_size)
     ]
+    if manifest.shard_columns == "prepared" and manifest.transform_document is None:
+        manifest = with_transform_document(manifest)  # the column types to check come from it
     RankBatches(manifest, "train", 0, world_size=world_size).check_shards()
     env = DistributedEnv(0, world_size, 0, nproc_per_node)
     device = resolve_device(device_choice, env)

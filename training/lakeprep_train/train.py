@@ -40,7 +40,7 @@ import xxhash
 from lakeprep_train import checkpoint, storage
 from lakeprep_train.dataset import RankBatches
 from lakeprep_train.evaluate import evaluate_split
-from lakeprep_train.manifest import Manifest, ManifestError, load_manifest
+from lakeprep_train.manifest import Manifest, ManifestError, load_manifest, with_transform_document
 from lakeprep_train.model import HIDDEN, TabularMLP
 from lakeprep_train.preflight import (
     DistributedEnv,
@@ -592,8 +592,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = plan_train(manifest, env)
         device = resolve_device(args.device, env)
         precision = resolve_precision(args.precision, device)
+        # Every rank: prepared shards are encoded with the transform on the rank that reads them.
+        transform = read_transform(manifest)
+        if manifest.shard_columns == "prepared":
+            manifest = with_transform_document(manifest, transform)
         RankBatches(manifest, "train", env.rank, world_size=env.world_size).check_shards()
-        transform = read_transform(manifest) if env.rank == 0 else None
         model = TabularMLP(manifest.features, len(manifest.label.classes), hidden=HIDDEN)
         memory = check_memory(
             estimate_memory(manifest, model, plan.batch_size, prefetch=args.prefetch), device, env
