@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from benchmarks import crossover
+from benchmarks import crossover, single_node, window
 
 INPUT_VS_FLOOR_TARGET = 0.8
 INPUT_VS_PANDAS_TARGET = 5.0
@@ -107,6 +107,7 @@ def _targets(results: dict[str, Any]) -> list[str]:
                 what = f"fused mode <= {FUSED_TARGET:g}x the floor ({at})"
                 lines.append(_row(what, f"{v:.1f}x", _judged(fused, v <= FUSED_TARGET)))
     lines += _scaling_targets(results)
+    lines += _window_targets(results)
     lines += _budget_targets(results)
     if small := results.get("small_day"):
         v = small["fused_vs_empty"]["median"]
@@ -244,11 +245,11 @@ def _budget_targets(results: dict[str, Any]) -> list[str]:
     scales = {int(r): s for r, s in results["scales"].items()}
     lines = []
     budget = f"{MEMORY_BUDGET_MB / 1024:g} GiB"
-    for engine, name in (("pandas_sklearn", "pandas + scikit-learn"), ("polars", "Polars")):
+    for engine, name in single_node.NAMES.items():
         points = [
             (r, s["single_node"][f"{engine}_peak_rss_mb"]["median"])
             for r, s in sorted(scales.items())
-            if s.get("single_node")
+            if f"{engine}_peak_rss_mb" in s.get("single_node", {})
         ]
         if searched := results.get("crossover", {}).get(engine):
             how = (
@@ -269,12 +270,38 @@ def _budget_targets(results: dict[str, Any]) -> list[str]:
         lake = max(sp["staged_peak_rss_mb"]["median"], sp.get("fused_peak_rss_mb", {}).get("median", 0))
         over = [
             name
-            for engine, name in (("pandas_sklearn", "pandas"), ("polars", "Polars"))
-            if sn[f"{engine}_peak_rss_mb"]["median"] > MEMORY_BUDGET_MB
+            for engine, name in single_node.NAMES.items()
+            if sn.get(f"{engine}_peak_rss_mb", {}).get("median", 0) > MEMORY_BUDGET_MB
         ]
         if over:
             what = f"at {r:,} rows {' and '.join(over)} over {budget}, lakeprep under it"
             lines.append(_row(what, f"lakeprep peak {lake:.0f} MB", _met(lake <= MEMORY_BUDGET_MB)))
+    return lines
+
+
+def _window_targets(results: dict[str, Any]) -> list[str]:
+    """Issue 30: a run at the longest window measured within `window.TARGET_RATIO` of the same
+    run at 1 day, judged on CPU time (all tasks, and the Spark submissions alone)."""
+    lines = []
+    for rows, scale in results["scales"].items():
+        if not (w := scale.get("window")):
+            continue
+        n = max(w["window_days"])
+        run = w["windows"][str(n)]["run"]
+        at = f"{n} days against 1, {int(rows):,} rows a day"
+        for key, what in (("cpu_ratio", "CPU time"), ("spark_cpu_ratio", "Spark CPU time")):
+            if key in run:
+                v = run[key]["median"]
+                target = window.TARGET_RATIO
+                lines.append(
+                    _row(
+                        f"a run's {what} at a longer window <= {target:g}x ({at})",
+                        f"{v:.2f}x",
+                        _judged(run[key], v <= target),
+                    )
+                )
+        if "wall_ratio" in run:
+            lines.append(_row(f"the same, wall time ({at})", f"{run['wall_ratio']['median']:.2f}x", ""))
     return lines
 
 
@@ -705,6 +732,67 @@ def _parse_section(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _window_section(results: dict[str, Any]) -> list[str]:
+    rows_with = [(r, s["window"]) for r, s in results["scales"].items() if s.get("window")]
+    if not rows_with:
+        return []
+    out = [
+        "## (f) Each day's work done once: a run at an N-day window against 1 day",
+        "",
+        "`benchmarks/window.py`: the run's day through the daily tasks, then the window tasks of "
+        "the DAG the spec builds at each window length (days landed and prepared once, each day "
+        "its own rows); each task a measured child process, a spark-submit or a Python task's "
+        "`execute`. A run at N days = the daily tasks + the window tasks at N; ratios against the "
+        "run at 1 day.",
+    ]
+    for rows, w in rows_with:
+        daily = w["daily"]
+        kinds = ", ".join(f"{t} ({v['kind']})" for t, v in daily["tasks"].items())
+        first = next(iter(w["windows"].values()))
+        wkinds = ", ".join(f"{t} ({v['kind']})" for t, v in first["tasks"].items())
+        out += [
+            "",
+            f"{int(rows):,} rows a day, the run's day {w['run_ds']}. Daily tasks: {kinds}; window "
+            f"tasks: {wkinds}.",
+            "",
+            "| window | rows exported | daily CPU | window CPU | window Spark CPU | window wall "
+            "| run CPU | run Spark CPU | run wall | run CPU vs 1 day | Spark CPU vs 1 day | wall vs 1 day "
+            "| window CPU vs 1 day |",
+            "|---:" * 13 + "|",
+        ]
+        for n, x in w["windows"].items():
+            run = x["run"]
+
+            def ratio(s: dict | None) -> str:
+                return "-" if not s else _fmt(s, "x")
+
+            out.append(
+                _row(
+                    f"{n} day{'s' if n != '1' else ''}",
+                    f"{x['export'].get('rows_out') or 0:,}",
+                    _fmt(daily["cpu_s"], " s"),
+                    _fmt(x["cpu_s"], " s"),
+                    _fmt(x["spark_cpu_s"], " s"),
+                    _fmt(x["wall_s"], " s"),
+                    _fmt(run["cpu_s"], " s"),
+                    _fmt(run["spark_cpu_s"], " s"),
+                    _fmt(run["wall_s"], " s"),
+                    ratio(run.get("cpu_ratio")),
+                    ratio(run.get("spark_cpu_ratio")),
+                    ratio(run.get("wall_ratio")),
+                    ratio(run.get("window_cpu_ratio")),
+                )
+            )
+        longest = w["windows"][str(max(w["window_days"]))]["tasks"]
+        out += [
+            "",
+            f"Window tasks at {max(w['window_days'])} days, CPU: "
+            + ", ".join(f"{t} {_fmt(v['cpu_s'], ' s')}" for t, v in longest.items())
+            + ".",
+        ]
+    return out
+
+
 def _single_node_section(results: dict[str, Any]) -> list[str]:
     rows_with = [(r, s) for r, s in results["scales"].items() if s.get("single_node")]
     if not rows_with:
@@ -723,27 +811,32 @@ def _single_node_section(results: dict[str, Any]) -> list[str]:
             else "linear between the measured scales that bracket it."
         ),
         "",
-        "| rows | pandas + scikit-learn | Polars | lakeprep staged (a) | fused (a) | floor (a) "
-        "| peak RSS pandas | Polars | staged | fused |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| rows | " + " | ".join(single_node.NAMES.values()) + " | lakeprep staged (a) | fused (a) "
+        "| floor (a) | peak RSS " + " | ".join(single_node.NAMES.values()) + " | staged | fused "
+        "| same rows |",
+        "|---:" * (2 * len(single_node.NAMES) + 6) + "|---|",
     ]
     for rows, s in rows_with:
         sn, sp = s["single_node"], s.get("spark") or {}
+        same = sn.get("same_outputs")
         out.append(
             _row(
                 f"{int(rows):,}",
-                _fmt(sn["pandas_sklearn_s"], " s"),
-                _fmt(sn["polars_s"], " s"),
+                *(_fmt(sn.get(f"{e}_s"), " s") for e in single_node.NAMES),
                 _fmt(sp.get("staged_s"), " s"),
                 _fmt(sp.get("fused_s"), " s"),
                 _fmt(sp.get("floor_s"), " s"),
-                _mb(sn["pandas_sklearn_peak_rss_mb"]),
-                _mb(sn["polars_peak_rss_mb"]),
+                *(_mb(sn.get(f"{e}_peak_rss_mb")) for e in single_node.NAMES),
                 _mb(sp.get("staged_peak_rss_mb")),
                 _mb(sp.get("fused_peak_rss_mb")),
+                "-" if same is None else ("yes" if same else "**no**: " + "; ".join(_differ(sn))),
             )
         )
     return out + _crossover_section(results)
+
+
+def _differ(sn: dict[str, Any]) -> list[str]:
+    return [line for run in sn["runs"] for line in run.get("outputs_differ", [])]
 
 
 def _crossover_section(results: dict[str, Any]) -> list[str]:
@@ -761,7 +854,7 @@ def _crossover_section(results: dict[str, Any]) -> list[str]:
         "| version | rows | peak RSS | wall | measured |",
         "|---|---:|---:|---:|---|",
     ]
-    for engine, name in (("pandas_sklearn", "pandas + scikit-learn"), ("polars", "Polars")):
+    for engine, name in single_node.NAMES.items():
         if not (result := searched.get(engine)):
             continue
         for seed in sorted(result["seeds"], key=lambda x: x["rows"]):
@@ -800,6 +893,7 @@ SECTION_PARTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "_single_node_section": (("single_node",), ("crossover",)),
     "_small_day_section": ((), ("small_day",)),
     "_profile_section": (("profile",), ("small_profile",)),
+    "_window_section": (("window",), ()),
 }
 RUN_PARTS = {
     "dag_parse": "the DAG parse",
@@ -863,9 +957,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
             add("lakeprep staged (5 submits)", int(r), sp["staged_s"], sp["staged_peak_rss_mb"])
             if "fused_s" in sp:
                 add("lakeprep fused (2 submits)", int(r), sp["fused_s"], sp["fused_peak_rss_mb"])
-        if sn := s.get("single_node"):
-            add("pandas + scikit-learn", int(r), sn["pandas_sklearn_s"], sn["pandas_sklearn_peak_rss_mb"])
-            add("Polars", int(r), sn["polars_s"], sn["polars_peak_rss_mb"])
+        for engine, name in single_node.NAMES.items():
+            if f"{engine}_s" in (sn := s.get("single_node", {})):
+                add(name, int(r), sn[f"{engine}_s"], sn[f"{engine}_peak_rss_mb"])
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name, (xs, ts, ms) in series.items():
         left.plot(xs, ts, marker="o", label=name)
@@ -915,6 +1009,7 @@ def write(results: dict[str, Any], out: Path) -> None:
         _input_section,
         _parse_section,
         _single_node_section,
+        _window_section,
         _small_day_section,
         _profile_section,
     )

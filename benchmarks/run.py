@@ -23,17 +23,30 @@ from benchmarks import (
     report,
     single_node,
     spark_prep,
+    window,
 )
 from benchmarks.environment import REPO, WORK, child_env, demo_startup, machine, work_folder_lock
 from benchmarks.measure import child_result, run_child, summary
 
 FULL_ROWS = (1_000_000, 4_000_000, 16_000_000)
 QUICK_ROWS = (20_000,)
-PARTS = ("spark", "input", "parse", "single_node", "passes", "small", "profile", "crossover", "driver")
+PARTS = (
+    "spark",
+    "input",
+    "parse",
+    "single_node",
+    "passes",
+    "small",
+    "profile",
+    "crossover",
+    "driver",
+    "window",
+)
 # `spark` runs the fused submissions too, so quick mode leaves `small` (the same code on a
 # 900-row day) out: the smoke check runs every code path once, not every size.
 QUICK_PARTS = ("spark", "input", "parse", "single_node")
-SCALE_PARTS = ("spark", "input", "single_node", "passes", "profile", "driver")  # measured at each of --rows
+# Measured at each of --rows (`window`: rows per day).
+SCALE_PARTS = ("spark", "input", "single_node", "passes", "profile", "driver", "window")
 # (e) A demo-sized day (`make demo`'s days hold about 900 flights): start-up against work.
 SMALL_DAY_ROWS = 900
 # pandas holds the whole partition several times over (strings as Python objects): about
@@ -60,6 +73,15 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", choices=PARTS, help="measure only these parts")
     parser.add_argument("--single-node-max-rows", type=int, default=SINGLE_NODE_MAX_ROWS)
     parser.add_argument(
+        "--window-days",
+        type=int,
+        nargs="+",
+        default=list(window.DEFAULT_WINDOW_DAYS),
+        metavar="N",
+        help="part `window`: the window lengths a run is measured at, in days (1, the run it is "
+        f"compared to, is always measured; default {window.DEFAULT_WINDOW_DAYS})",
+    )
+    parser.add_argument(
         "--crossover-seed",
         type=Path,
         metavar="RESULTS_JSON",
@@ -84,6 +106,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.parse_reps = args.parse_reps if args.parse_reps is not None else (2 if quick else 10)
     args.out = args.out or (WORK / "quick" if quick else REPO / "benchmarks")
     args.only = args.only or list(QUICK_PARTS if quick else PARTS)
+    if min(args.window_days) < 1:
+        parser.error(f"--window-days {args.window_days}: each window length must be at least 1 day")
+    args.window_days = sorted({1, *args.window_days})
     return args
 
 
@@ -344,10 +369,40 @@ def _single_node(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, An
 
     engines = list(single_node.ENGINES)
     runs = _rotate({e: engine_run(e) for e in engines}, logs, warmup, reps, "single node")
+    for run in runs:
+        # Every engine prepared the same rows (single_node.CHECKS), or the run says which did not.
+        run["outputs_differ"] = single_node.same_outputs({e: run[e] for e in engines})
+        for line in run["outputs_differ"]:
+            _log(f"  single node: outputs differ: {line}")
     return {
         "runs": runs,
+        "same_outputs": not any(r["outputs_differ"] for r in runs),
         **{f"{e}_s": summary([r[e]["wall_s"] for r in runs]) for e in engines},
         **{f"{e}_peak_rss_mb": summary([r[e]["peak_rss_mb"] for r in runs]) for e in engines},
+    }
+
+
+def _window(lake: Path, rows: int, seed: int, days: list[int], logs: Path, warmup: int, reps: int):
+    """The daily tasks of the run's day and its window tasks at each window length, the order
+    rotating (benchmarks/window.py); the days are landed and prepared once, untimed."""
+    run_ds = window.days_of(max(days))[-1]
+    _log(f"  window: days {window.days_of(max(days))[0]}..{run_ds}, {rows:,} rows each, in {lake}")
+    prepared = window.prepare_days(lake, rows, seed, window.days_of(max(days)), logs / "prepare")
+    ways: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "daily": lambda rep_logs: window.run_daily(lake, run_ds, rep_logs)
+    }
+    for n in days:
+        ways[f"window_{n}"] = lambda rep_logs, n=n: window.run_window(lake, run_ds, n, rep_logs)
+    runs = _rotate(ways, logs, warmup, reps, "window")
+    for run in runs:
+        run["figures"] = window.run_figures(run, days)
+    return {
+        "runs": runs,
+        "run_ds": run_ds,
+        "rows_per_day": rows,
+        "window_days": days,
+        "prepared": prepared,
+        **window.summarize(runs, days),
     }
 
 
@@ -369,7 +424,9 @@ def _crossover_seeds(
                 else f"{path} (run of {(sn or {}).get('run', source.get('started'))})"
             )
             for engine in single_node.ENGINES:
-                if sn and int(rows) not in {r for r, _, _ in seeds[engine]}:
+                # A run from before an engine existed has no figure for it.
+                measured = sn and f"{engine}_peak_rss_mb" in sn
+                if measured and int(rows) not in {r for r, _, _ in seeds[engine]}:
                     seeds[engine].append((int(rows), sn[f"{engine}_peak_rss_mb"]["median"], name))
     return seeds
 
@@ -378,12 +435,16 @@ def _crossover(results: dict[str, Any], seed_file: Path | None, seed: int, logs:
     """Per single-node engine, the row counts that bracket its crossing of the memory budget
     (benchmarks/crossover.py), each measured once on data generated at that count."""
     out = {}
-    for engine, seeds in _crossover_seeds(results, seed_file).items():
+    all_seeds = _crossover_seeds(results, seed_file)
+    if not any(all_seeds.values()):
+        raise SystemExit(
+            "crossover: no single-node measurement to start from; run the single_node part with it "
+            "or name an earlier results.json with --crossover-seed"
+        )
+    for engine, seeds in all_seeds.items():
         if not seeds:
-            raise SystemExit(
-                "crossover: no single-node measurement to start from; run the single_node part with it "
-                "or name an earlier results.json with --crossover-seed"
-            )
+            _log(f"  crossover {engine}: no single-node measurement of it to start from, not searched")
+            continue
 
         def measure(rows: int, engine: str = engine) -> dict[str, Any]:
             lake = WORK / "data" / f"flights-{rows}-s{seed}"
@@ -487,6 +548,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "small_rows": args.small_rows,
             "parts": args.only,
             "single_node_max_rows": args.single_node_max_rows,
+            "window_days": args.window_days,
             "crossover_seed": None if args.crossover_seed is None else str(args.crossover_seed),
             "rows_per_file": generate.ROWS_PER_FILE,
             "ds": generate.DS,
@@ -549,6 +611,12 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 save()
             if "single_node" in args.only and rows <= args.single_node_max_rows:
                 scale["single_node"] = _single_node(lake, scale_logs / "single_node", args.warmup, args.reps)
+                save()
+            if "window" in args.only:
+                day_lake = WORK / "data" / f"window-{rows}-s{args.seed}"
+                scale["window"] = _window(
+                    day_lake, rows, args.seed, args.window_days, scale_logs / "window", args.warmup, args.reps
+                )
                 save()
             if "driver" in args.only:
                 if executors is None:

@@ -133,3 +133,5 @@ def test_seeds_name_the_run_that_measured_them(tmp_path):
     ]
     earlier_only = run._crossover_seeds({"scales": {}}, path)["polars"]
     assert (4_000_000, 4000.0, f"{path} (run of 2026-12-03)") in earlier_only
+    # Engines the earlier runs did not have start without seeds (and are left unsearched).
+    assert run._crossover_seeds(this, path)["duckdb"] == []

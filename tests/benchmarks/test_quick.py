@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pytest
 
-from benchmarks import generate, report
+from benchmarks import generate, report, single_node
 from tests.conftest import run_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -94,8 +94,9 @@ def test_quick_mode_runs_and_writes_well_formed_results(tmp_path):
     assert all(r["dags"] == p["dags"] for p in parse.values() for r in p["floor"]["runs"])
 
     single = scale["single_node"]["runs"][0]
-    for engine in ("pandas_sklearn", "polars"):
+    for engine in single_node.ENGINES:
         assert sum(single[engine]["rows_out"].values()) == validate["rows_out"], engine  # labelled rows
+    assert scale["single_node"]["same_outputs"] is True and single["outputs_differ"] == []
 
     assert "small_day" not in results  # quick mode: the spark part runs the fused way already
 
