@@ -151,7 +151,16 @@ def project_pca(scaled: Sequence[np.ndarray], pca: Mapping[str, Any]) -> np.ndar
 
 
 def _ids(values: pa.Array, spec: Mapping[str, Any]) -> np.ndarray:
-    """Ids of present values (vocabulary position + 2, unseen 1, or hashed); nulls left to the caller."""
+    """Ids of present values (vocabulary position + 2, unseen 1, or hashed); nulls left to the caller.
+
+    A dictionary array (a Parquet column read with ``read_dictionary``) is encoded once
+    per dictionary entry, and each row takes its entry's id: no per-row hashing or look-up.
+    """
+    if pa.types.is_dictionary(values.type):
+        indices = values.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        if not len(values.dictionary):
+            return np.full(len(values), MISSING_ID, dtype=np.int32)
+        return _ids(values.dictionary, spec)[indices]
     if spec["encoding"] == "vocab":
         position = pc.index_in(values, value_set=pa.array(spec["vocabulary"], pa.string()))
         return pc.fill_null(pc.add(position, 2), UNSEEN_ID).to_numpy(zero_copy_only=False).astype(np.int32)
@@ -163,7 +172,8 @@ def _strings(values: Any, where: str) -> pa.Array:
     array = as_array(values)
     if pa.types.is_null(array.type):
         return array.cast(pa.string())
-    if not (pa.types.is_string(array.type) or pa.types.is_large_string(array.type)):
+    kind = array.type.value_type if pa.types.is_dictionary(array.type) else array.type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         raise TransformError(f"{where}: a prepared {array.type} column; expected strings")
     return array
 

@@ -113,6 +113,7 @@ class FeatureLayout:
 
     def __init__(self, manifest: Manifest) -> None:
         self.location = manifest.location
+        self.read_dictionary: list[str] = []  # prepared string columns, read as dictionary arrays
         # The transform the rows are encoded with as they are read; None: encoded shards.
         self.transform: Mapping[str, Any] | None = None
         # Column -> kind of Arrow type, checked against each file read (prepared shards).
@@ -120,6 +121,12 @@ class FeatureLayout:
         if manifest.shard_columns == "prepared":
             self.expected = expected_columns(manifest)  # raises without the document
             self.transform = transform_for_features(manifest, manifest.transform_document)
+            # Strings are read as Parquet stores them, dictionary-encoded: the transform then
+            # encodes each row group's dictionary once, and rows take their entry's id.
+            self.read_dictionary = [
+                *(s["name"] for s in self.transform["categorical"]),
+                *(f"{s['name']}.list.element" for s in self.transform["text"]),
+            ]
         self.numeric = manifest.features_with_role("numeric")
         self.categorical = manifest.features_with_role("categorical")
         self.text = manifest.features_with_role("text")
@@ -650,6 +657,7 @@ def _span_tables(
     rng: np.random.Generator | None,
     where: str,
     expected: Mapping[str, str] | None = None,
+    read_dictionary: list[str] | None = None,
 ) -> Iterator[_Piece]:
     """The row groups of ``spans`` as pyarrow tables, sliced to the spans: the I/O and decoding.
 
@@ -665,7 +673,7 @@ def _span_tables(
         first, last = shard.offset + span.start, shard.offset + span.stop  # rows of the file
         try:
             with storage.open_input(shard.location) as f:
-                parquet = pq.ParquetFile(f)
+                parquet = pq.ParquetFile(f, read_dictionary=read_dictionary or None)
                 metadata = parquet.metadata
                 problem = _file_problem(shard, metadata.num_rows, parquet.schema_arrow, expected)
                 if problem:
@@ -712,7 +720,12 @@ def read_spans(
 
     ``rng`` shuffles the row groups within a span and the rows within a row group.
     """
-    return _blocks(_span_tables(split, spans, layout.columns(with_ids), rng, where, layout.expected), layout)
+    return _blocks(
+        _span_tables(
+            split, spans, layout.columns(with_ids), rng, where, layout.expected, layout.read_dictionary
+        ),
+        layout,
+    )
 
 
 def _batch_pipeline(
@@ -734,7 +747,7 @@ def _batch_pipeline(
     of a bounded number of rows (docs/MANIFEST.md), so there are several to overlap.
     """
     pieces: Iterator[_Piece] = _span_tables(
-        split, spans, layout.columns(with_ids), rng, where, layout.expected
+        split, spans, layout.columns(with_ids), rng, where, layout.expected, layout.read_dictionary
     )
     if read_ahead:
         pieces = _Background(([piece] for piece in pieces), 1, None, "lakeprep-read")
