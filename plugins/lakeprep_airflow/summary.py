@@ -44,6 +44,7 @@ REPORT_HTML = "report.html"  # beside summary.md; the Airflow UI's Report tab se
 ROW_MOVES = (
     ("rows_quarantined", "quarantined", -1),  # validate; preprocess: duplicates (their reasons)
     ("rows_sampled_out", "sampled out", -1),  # sample
+    ("rows_superseded", "superseded by a later day", -1),  # export_shards: an id read once
     ("rows_undersampled", "undersampled", -1),  # export_shards, train only
     ("rows_oversampled", "oversampled", +1),
     ("rows_synthetic", "synthetic", +1),
@@ -170,7 +171,8 @@ def _rows_not_balanced(
         sampled, balanced = steps["sample"]["splits"]["train"], steps["balance"]["splits"]["train"]
         augmented = steps["augment"]["splits"]["train"]
         expected = {
-            "rows_in": sum(steps["sample"]["class_counts"].values()),
+            # The sample step counts the window's rows read once (superseded ones left out).
+            "rows_in": sum(steps["sample"]["class_counts"].values()) + export.get("rows_superseded", 0),
             "rows_undersampled": sum(max(0, n - balanced.get(c, 0)) for c, n in sampled.items()),
             "rows_oversampled": sum(max(0, n - sampled.get(c, 0)) for c, n in balanced.items()),
             "rows_synthetic": sum(n - balanced.get(c, 0) for c, n in augmented.items()),

@@ -285,6 +285,62 @@ def feature_schema(transform: dict[str, Any]) -> list[dict[str, Any]]:
 # Helper columns of the window's rows while they are counted: the input each came from and
 # its row hash (`fingerprint_partitions`).
 SOURCE_COLUMN, ROW_HASH_COLUMN = "_source", "_row_hash"
+# True on a row whose id a later day of the window holds too: counted, never exported.
+SUPERSEDED_COLUMN = "_superseded"
+
+
+# Superseded rows the driver collects and broadcasts; more are joined as a DataFrame.
+SUPERSEDED_COLLECT_LIMIT = 200_000
+
+
+def superseded_rows(spark: SparkSession, tagged: DataFrame) -> DataFrame | None:
+    """The (id, `_source`) of the window's rows whose id a later day holds too, with
+    `_superseded` true; None when no id repeats. `tagged`: the window's prepared rows with
+    `_source` (before the transform, so the search reads ids and sources only).
+
+    An id that landed on several days of the window (a record delivered again, a
+    correction) is read once, from the **latest** day: the newest delivery of a record is
+    the one the lake holds as current, and the run's own day is the latest of all. The
+    repeated ids are found through their 64-bit hashes first (one aggregate of 8-byte
+    keys; most windows repeat none, and adaptive execution then runs nothing more), then
+    exactly, by id, among the rows of the repeated hashes only. Up to
+    `SUPERSEDED_COLLECT_LIMIT` superseded rows are collected once and broadcast, so the
+    window's later reads do not repeat the search.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, StructType
+
+    key = F.xxhash64(F.col(layout.ID)).alias("_id_hash")
+    repeated = (
+        tagged.groupBy(key)
+        .agg(F.countDistinct(SOURCE_COLUMN).alias("_days"))
+        .filter(F.col("_days") > 1)
+        .select("_id_hash")
+    )
+    candidates = tagged.select(layout.ID, SOURCE_COLUMN, key).join(repeated, "_id_hash", "left_semi")
+    latest = candidates.groupBy(layout.ID).agg(F.max(SOURCE_COLUMN).alias("_latest"))
+    superseded = (
+        candidates.join(latest, layout.ID)
+        .filter(F.col(SOURCE_COLUMN) < F.col("_latest"))
+        .select(layout.ID, SOURCE_COLUMN)
+        .distinct()
+    )
+    found = superseded.limit(SUPERSEDED_COLLECT_LIMIT + 1).collect()
+    if not found:
+        return None
+    if len(found) <= SUPERSEDED_COLLECT_LIMIT:
+        schema = StructType([tagged.schema[layout.ID], tagged.schema[SOURCE_COLUMN]])
+        superseded = F.broadcast(spark.createDataFrame([tuple(r) for r in found], schema))
+    return superseded.withColumn(SUPERSEDED_COLUMN, F.lit(True).cast(BooleanType()))
+
+
+def mark_superseded(encoded: DataFrame, superseded: DataFrame) -> DataFrame:
+    """Pure: `_superseded` on every row, true for the rows `superseded_rows` found."""
+    from pyspark.sql import functions as F
+
+    return encoded.join(superseded, [layout.ID, SOURCE_COLUMN], "left").withColumn(
+        SUPERSEDED_COLUMN, F.coalesce(F.col(SUPERSEDED_COLUMN), F.lit(False))
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,13 +353,19 @@ class WindowCounts:
     non_finite: dict[str, int]
     # Per input position, (rows, sum of row hashes), when the rows carry `_source`.
     sources: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    # Rows per (split, label) whose id a later day of the window holds too (`mark_superseded`).
+    superseded: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
 
     def natural(self, classes: list[str]) -> dict[str, dict[str, int]]:
-        """Rows per split and class (label values as strings), every split and class present."""
+        """Rows per split and class (label values as strings), every split and class present,
+        without the superseded rows (read once, from the latest day)."""
         out = {s: dict.fromkeys(classes, 0) for s in SPLITS}
         for (split, label, _), n in self.rows.items():
             if split in out and label in out[split]:
                 out[split][label] += n
+        for (split, label), n in self.superseded.items():
+            if split in out and label in out[split]:
+                out[split][label] -= n
         return out
 
 
@@ -328,19 +390,25 @@ def count_window(encoded: DataFrame, transform: dict[str, Any]) -> WindowCounts:
     if tagged:
         keys.append(F.col(SOURCE_COLUMN))
         bad += source_sums(F.col(ROW_HASH_COLUMN))
+    marked = SUPERSEDED_COLUMN in encoded.columns
+    if marked:
+        keys.append(F.col(SUPERSEDED_COLUMN))
     grouped = encoded.groupBy(*keys).agg(F.count(F.lit(1)).alias("_n"), *bad)
     rows: dict[tuple[str, str, bool], int] = {}
     non_finite = dict.fromkeys(names, 0)
     sources: dict[int, tuple[int, int]] = {}
+    superseded: dict[tuple[str, str], int] = {}
     for r in grouped.collect():
         key = (r["_s"], str(r["_l"]), bool(r["_y"]))
         rows[key] = rows.get(key, 0) + int(r["_n"])
+        if marked and r[SUPERSEDED_COLUMN]:
+            superseded[key[:2]] = superseded.get(key[:2], 0) + int(r["_n"])
         for i, c in enumerate(names):
             non_finite[c] += int(r[f"_bad{i}"] or 0)
         if tagged:
             n, total = sources.get(int(r[SOURCE_COLUMN]), (0, 0))
             sources[int(r[SOURCE_COLUMN])] = (n + int(r["_n"]), total + int(r["_hash_sum"] or 0))
-    return WindowCounts(rows=rows, non_finite=non_finite, sources=sources)
+    return WindowCounts(rows=rows, non_finite=non_finite, sources=sources, superseded=superseded)
 
 
 def check_finite(counts: WindowCounts, where: str) -> None:
@@ -627,9 +695,16 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     # sources' fingerprints (one aggregate), then balanced, numbered and written. Not
     # cached: recomputing the transform from the Parquet for those few readers costs less
     # than building an in-memory cache of every output column (benchmarks/RESULTS.md).
-    tagged = apply_transform(rows, transform, keep=(SOURCE_COLUMN, ROW_HASH_COLUMN))
+    superseded_ids = superseded_rows(spark, rows) if len(inputs) > 1 else None
+    encoded = apply_transform(rows, transform, keep=(SOURCE_COLUMN, ROW_HASH_COLUMN))
+    tagged = encoded if superseded_ids is None else mark_superseded(encoded, superseded_ids)
     counts = count_window(tagged, transform)
-    window = tagged.drop(SOURCE_COLUMN, ROW_HASH_COLUMN)
+    window = tagged
+    if SUPERSEDED_COLUMN in tagged.columns:
+        from pyspark.sql import functions as F
+
+        window = tagged.filter(~F.col(SUPERSEDED_COLUMN)).drop(SUPERSEDED_COLUMN)
+    window = window.drop(SOURCE_COLUMN, ROW_HASH_COLUMN)
     sources = [
         {"uri": uri, "rows": common.read_report(spark, uri)["rows_out"], "fingerprint": fingerprint}
         for uri, fingerprint in zip(inputs, fingerprints(schemas, counts.sources), strict=True)
@@ -637,6 +712,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     check_finite(counts, output)
     check_honest_evaluation(counts, output)
     rows_in = sum(counts.rows.values())
+    superseded = sum(counts.superseded.values())
     features = feature_schema(transform)
     width = row_bytes(features)
     group_rows = row_group_rows(width, p)
@@ -652,7 +728,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
     real = {**natural, "train": {c: train_counts.get((c, False), 0) for c in classes}}
     final = {**natural, "train": {c: real["train"][c] + train_counts.get((c, True), 0) for c in classes}}
     weights = balance.class_weights(final["train"], p.balance)
-    sizes = {s: sum(n for (split, _, _), n in counts.rows.items() if split == s) for s in SPLITS}
+    sizes = {
+        s: sum(n for (split, _, _), n in counts.rows.items() if split == s)
+        - sum(n for (split, _), n in counts.superseded.items() if split == s)
+        for s in SPLITS
+    }
     sizes["train"] = sum(train_counts.values())
 
     plans: dict[str, SplitPlan] = {}
@@ -730,7 +810,9 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             "rows_in": rows_in,
             "rows_out": rows_out,
             "rows_quarantined": 0,
-            # rows_in - undersampled + oversampled + synthetic = rows available to shard.
+            # An id on several days of the window is read once, from the latest day.
+            "rows_superseded": superseded,
+            # rows_in - superseded - undersampled + oversampled + synthetic = rows available.
             "rows_undersampled": sum(max(0, n) for n in removed.values()),
             "rows_oversampled": sum(max(0, -n) for n in removed.values()),
             "rows_synthetic": manifest["balance"]["synthetic_rows"],

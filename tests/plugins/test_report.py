@@ -613,6 +613,19 @@ def test_plugin_and_dag_imports_stay_light():
     assert "'href': 'lakeprep-report/{DAG_ID}/{RUN_ID}/'" in views and "'destination': 'dag_run'" in views
 
 
+def test_rows_superseded_by_a_later_day_count_as_removed(lake):
+    write_day(lake)
+    # 12 rows of the window repeat an id a later day holds: read once, the sample step's
+    # class counts (sampling.json) are the window without them.
+    _write(lake, "export_shards", "_lakeprep_report.json", export_report(rows_in=282, rows_superseded=12))
+
+    day = summary.collect(f"file://{lake}", "flights", DS)
+
+    assert day["rows_not_balanced"] == []
+    row = "| export_shards (window) | 282 | 180 | superseded by a later day 12, undersampled 90 | - |"
+    assert row + " yes |" in summary.render(day)
+
+
 def test_the_reference_snapshots_each_day_joined_are_in_the_summary(lake):
     write_day(lake)
     snapshots = {

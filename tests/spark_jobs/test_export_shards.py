@@ -635,3 +635,47 @@ def test_the_written_shards_are_verified_without_reading_their_rows_again(spark,
     # separate aggregates (each read of a day inferring its schema in a job); 52 while
     # each split's rows were counted by a Spark read of its shards.
     assert len(jobs) <= 15, f"{len(jobs)} jobs\n" + "\n".join(jobs)
+
+
+def test_an_id_on_several_days_is_exported_once_from_the_latest_day(spark, tmp_path):
+    """The same record delivered on two (or three) days reaches its split once, as the latest day has it."""
+    first = day_rows("2013-01-01", 4, 2, 2)
+    second = day_rows("2013-01-02", 4, 2, 2)
+    third = day_rows(DAY_3, 3, 2, 2)
+    # Day 1's train row 0 again on day 2 and on day 3 (corrected x each time), and day 2's
+    # test row 6 again on day 3, where it was assigned to validation.
+    again = (first[0][0], first[0][1], 100.0, "a", ["w"], "train")
+    later = (first[0][0], first[0][1], 200.0, "b", ["w"], "train")
+    moved = (second[6][0], second[6][1], 7.5, "c", ["w"], "validation")
+    inputs = [
+        land_day(spark, tmp_path, "2013-01-01", first),
+        land_day(spark, tmp_path, "2013-01-02", [*second, again]),
+        land_day(spark, tmp_path, DAY_3, [*third, later, moved]),
+    ]
+    out_dir, report = export(spark, tmp_path, inputs, world_size=1)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert report["rows_in"] == 8 + 9 + 9
+    # Day 1's row 0 twice (day 1 and day 2 lose to day 3), day 2's test row once.
+    assert report["rows_superseded"] == 3
+    rows = {
+        s: [r for rows in shard_rows(out_dir, manifest, s).values() for r in rows]
+        for s in ("train", "validation", "test")
+    }
+    ids = [r["id"] for split_rows in rows.values() for r in split_rows]
+    assert len(ids) == len(set(ids)) == 26 - 3
+    assert first[0][0] in {r["id"] for r in rows["train"]}
+    assert second[6][0] in {r["id"] for r in rows["validation"]}
+    assert second[6][0] not in {r["id"] for r in rows["test"]}
+    # The latest day's values: x = 200 is the largest x of the window, so the largest scaled value.
+    latest = next(r for r in rows["train"] if r["id"] == first[0][0])
+    assert latest["num__x"] == max(r["num__x"] for r in rows["train"])
+    assert manifest["splits"]["train"]["class_counts"] == {
+        c: sum(str(r["label"]) == c for r in rows["train"]) for c in ("0", "1")
+    }
+    # The sources are still fingerprinted whole: every row of every day counted.
+    assert [s["rows"] for s in manifest["source_partitions"]] == [8, 9, 9]
+
+
+def test_a_window_without_repeated_ids_supersedes_nothing(spark, tmp_path):
+    out_dir, report = export(spark, tmp_path, window(spark, tmp_path))
+    assert report["rows_superseded"] == 0
