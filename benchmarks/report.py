@@ -747,9 +747,9 @@ def _window_section(results: dict[str, Any]) -> list[str]:
     ]
     for rows, w in rows_with:
         daily = w["daily"]
-        kinds = ", ".join(f"{t} ({v['kind']})" for t, v in daily["tasks"].items())
+        kinds = ", ".join(f"{t} ({daily['tasks'][t]['kind']})" for t in _in_order(daily))
         first = next(iter(w["windows"].values()))
-        wkinds = ", ".join(f"{t} ({v['kind']})" for t, v in first["tasks"].items())
+        wkinds = ", ".join(f"{t} ({first['tasks'][t]['kind']})" for t in _in_order(first))
         out += [
             "",
             f"{int(rows):,} rows a day, the run's day {w['run_ds']}. Daily tasks: {kinds}; window "
@@ -783,14 +783,19 @@ def _window_section(results: dict[str, Any]) -> list[str]:
                     ratio(run.get("window_cpu_ratio")),
                 )
             )
-        longest = w["windows"][str(max(w["window_days"]))]["tasks"]
+        longest = w["windows"][str(max(w["window_days"]))]
         out += [
             "",
             f"Window tasks at {max(w['window_days'])} days, CPU: "
-            + ", ".join(f"{t} {_fmt(v['cpu_s'], ' s')}" for t, v in longest.items())
+            + ", ".join(f"{t} {_fmt(longest['tasks'][t]['cpu_s'], ' s')}" for t in _in_order(longest))
             + ".",
         ]
     return out
+
+
+def _in_order(part: dict[str, Any]) -> list[str]:
+    """A window part's task ids in pipeline order (`order`; results.json sorts `tasks`)."""
+    return part.get("order") or list(part["tasks"])
 
 
 def _single_node_section(results: dict[str, Any]) -> list[str]:

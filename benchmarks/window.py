@@ -317,6 +317,7 @@ def summarize(runs: list[dict[str, Any]], window_days: Sequence[int]) -> dict[st
         "daily": {
             **{k: summary([r["daily"][k] for r in runs]) for k in keys},
             "tasks": {t: {"kind": v["kind"]} for t, v in daily.items()},
+            "order": list(daily),  # results.json sorts the keys of `tasks`
         },
         "windows": {},
     }
@@ -332,6 +333,7 @@ def summarize(runs: list[dict[str, Any]], window_days: Sequence[int]) -> dict[st
                 }
                 for t, v in w[-1]["tasks"].items()
             },
+            "order": list(w[-1]["tasks"]),
             "export": w[-1]["export"],
             "run": {
                 **{k: summary([f[k] for f in figures]) for k in ("wall_s", "cpu_s", "spark_cpu_s")},

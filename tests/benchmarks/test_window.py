@@ -147,7 +147,9 @@ def _window_part(cpu_ratio: float) -> dict:
             "cpu_s": s(18.0),
             "spark_cpu_s": s(18.0),
             "peak_rss_mb": s(900.0),
-            "tasks": {"fit_transform": task, "export_shards": task},
+            # As results.json has them: `tasks` sorted by name, `order` the pipeline's.
+            "tasks": {"export_shards": task, "fit_transform": task},
+            "order": ["fit_transform", "export_shards"],
             "export": {"rows_in": 1000 * n, "rows_out": 900 * n},
             "run": {
                 "wall_s": s(30.0),
@@ -175,4 +177,4 @@ def test_the_target_is_judged_on_the_ratio_at_the_longest_window_it_names(ratio,
     assert f"{ratio:.2f}x" in cpu and cpu.endswith(f"| {verdict} |")
     section = "\n".join(report._window_section(results))
     assert "| 4 days | 3,600 |" in section  # the rows the 4-day window exported
-    assert "window tasks: fit_transform (spark), export_shards (spark)." in section
+    assert "window tasks: fit_transform (spark), export_shards (spark)." in section  # pipeline order
