@@ -6,6 +6,7 @@
         _lakeprep_report.json                    row accounting and decisions
         _stats.json                              per-partition statistics (validate, preprocess)
         _fit_statistics.json                     mergeable fit statistics per split (sample)
+        _shards.json                             the day's shard files: rows, sha256 (sample)
         _quarantine/                             rejected rows with their reasons (validate)
 
 Readers of a parent folder skip names starting with `_` or `.` (Spark's partition
@@ -18,6 +19,7 @@ SUCCESS = "_SUCCESS"
 REPORT = "_lakeprep_report.json"
 STATS = "_stats.json"
 FIT_STATISTICS = "_fit_statistics.json"  # sample: the day's mergeable fit statistics per split
+DAY_SHARDS = "_shards.json"  # sample: its files, one split and class each (lakeprep_jobs.day_shards)
 QUARANTINE_DIR = "_quarantine"
 STAGING_DIR = "_staging"
 TRANSFORM = "transform.json"

@@ -805,6 +805,8 @@ def stage_params(
             "label_classes": spec.data["label"]["classes"],
             "strata": _sample_strata(spec),
             "fit_profile": _fit_profile(spec),
+            # The day's shards are ordered by the balance hash (lakeprep_jobs.day_shards).
+            "balance_seed": spec.stages["balance"]["seed"],
         }
     if stage == "fit_transform":
         return {

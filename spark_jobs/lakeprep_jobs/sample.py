@@ -52,7 +52,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
-from lakeprep_jobs import common, exact
+from lakeprep_jobs import common, day_shards, exact
 from lakeprep_jobs.fit_statistics import split_statistics
 
 if TYPE_CHECKING:
@@ -78,6 +78,10 @@ class SampleParams:
     # What the day's `_fit_statistics.json` profiles (`lakeprep_contracts.window_fit.profile`,
     # from the spec's features); None: no statistics (a sample run on its own).
     fit_profile: dict[str, Any] | None = None
+    # The day's shards (lakeprep_jobs.day_shards): each class's rows in the order of the
+    # balance hash of `stages.balance.seed`, at most `rows_per_file` rows a file.
+    balance_seed: int = 0
+    rows_per_file: int = 500_000
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -298,19 +302,26 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
         rows_in, rows_out = sum(plan.sizes.values()), sum(kept.values())
         with common.PartitionCommit(spark, output) as staging:
             sampled = exact.apply_sample(split, plan)
-            common.write_parquet(sampled, staging)
+            counted = by_class(p, plan, kept)
+            if counted is None:
+                before = common.class_counts(df, layout.LABEL)
+                after = split_class_counts(sampled)
+            else:
+                before, after = counted
+            day_shards.write(
+                spark,
+                sampled,
+                staging,
+                {(s, int(c)): n for (s, c), n in after.items()},
+                seed=p.balance_seed,
+                rows_per_file=p.rows_per_file,
+            )
             written = common.parquet_rows(spark, staging)
             if written != rows_out:
                 raise RuntimeError(
                     f"sample of {', '.join(inputs)}: wrote {written} rows, the plan keeps {rows_out} "
                     f"of {rows_in}"
                 )
-            counted = by_class(p, plan, kept)
-            if counted is None:
-                before = common.class_counts(df, layout.LABEL)
-                after = split_class_counts(spark.read.schema(sampled.schema).parquet(staging))
-            else:
-                before, after = counted
             report = {
                 "stage": "sample",
                 "inputs": inputs,

@@ -576,16 +576,16 @@ def test_run_twice_gives_the_same_partition(spark, tmp_path):
 
 
 def test_a_small_day_runs_few_spark_jobs(spark, tmp_path):
-    """Passes are not re-added: the two planning passes of `exact` (split, then sample) and
-    the write; the counts before and after come from the plan, the rows written from the
-    Parquet footers, the input's schema from its footer."""
+    """Passes are not re-added: the two planning passes of `exact` (split, then sample), the
+    write and the sha256 of the day's shards; the counts before and after come from the
+    plan, the rows written from the Parquet footers, the input's schema from its footer."""
     from tests.spark_jobs.job_count import spark_jobs
 
     src = land(spark, tmp_path, rows(300, 100))
     p = SampleParams(label_classes=[0, 1], class_fractions={"0": 0.5}, seed=7, stratify_splits=True)
     report, jobs = spark_jobs(spark, lambda: sample.run(spark, [src], f"file://{tmp_path}/out", p))
     assert report["rows_out"] == 250
-    assert len(jobs) <= 20, "\n".join(jobs)
+    assert len(jobs) <= 22, "\n".join(jobs)
 
 
 def test_strata_without_the_label_count_classes_from_the_written_rows(spark, tmp_path):
@@ -603,3 +603,49 @@ def test_strata_without_the_label_count_classes_from_the_written_rows(spark, tmp
         s: {str(c): by_split_class.get((s, c), 0) for c in (0, 1)} for s in ("train", "validation", "test")
     }
     assert report["rows_out"] == written.count() == sum(report["class_counts_after"].values())
+
+
+def test_the_day_is_written_once_as_shards_of_one_split_and_class_in_balance_hash_order(spark, tmp_path):
+    """sample's files are the shards training reads (lakeprep_jobs.day_shards): one split and
+    class per file, each class's files consecutive ranges of the balance hash order, listed
+    with rows and sha256 in _shards.json; a rerun writes the same bytes."""
+    import hashlib
+    import json
+
+    import pyarrow.parquet as pq
+
+    from lakeprep_jobs import day_shards
+
+    src = land(spark, tmp_path, rows(300, 100))
+    out = tmp_path / "sample" / "dt=2013-01-01"
+    p = SampleParams(label_classes=[0, 1], fraction=0.5, seed=7, balance_seed=3, rows_per_file=40)
+    report = sample.run(spark, [src], f"file://{out}", p)
+    doc = json.loads((out / day_shards.SHARDS).read_text())
+    assert doc["order"]["seed"] == 3 and doc["rows_per_file"] == 40
+    listed = {f["path"] for files in doc["splits"].values() for c in files.values() for f in c}
+    assert listed == {f.name for f in out.glob("part-*.parquet")}
+    order = {
+        r["id"]: (r["u"], r["id"])
+        for r in spark.read.parquet(f"file://{out}")
+        .select("id", day_shards.order_key(3).alias("u"))
+        .collect()
+    }
+    for split, by_class in doc["splits"].items():
+        for label, files in by_class.items():
+            assert report["splits"][split][label] == sum(f["rows"] for f in files)
+            assert [f["path"] for f in files] == sorted(f["path"] for f in files)
+            keys = []
+            for f in files:
+                table = pq.read_table(out / f["path"])
+                assert table.num_rows == f["rows"] and f["rows"] > 0
+                assert set(table.column("split").to_pylist()) == {split}
+                assert set(table.column("label").to_pylist()) == {int(label)}
+                data = (out / f["path"]).read_bytes()
+                assert (len(data), hashlib.sha256(data).hexdigest()) == (f["bytes"], f["sha256"])
+                keys += [order[i] for i in table.column("id").to_pylist()]
+            assert keys == sorted(keys), (split, label)  # the class's files in one order
+    assert max(len(files) for by_class in doc["splits"].values() for files in by_class.values()) > 1
+    before = {f.name: f.read_bytes() for f in out.glob("part-*.parquet")}
+    sample.run(spark, [src], f"file://{out}", p)
+    assert {f.name: f.read_bytes() for f in out.glob("part-*.parquet")} == before
+    assert json.loads((out / day_shards.SHARDS).read_text()) == doc
