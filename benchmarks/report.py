@@ -689,6 +689,37 @@ def _input_section(results: dict[str, Any]) -> list[str]:
                 passes,
             )
         )
+    pairs = [
+        (r, s["input"]["prepared"]) for r, s in results["scales"].items() if "prepared" in s.get("input", {})
+    ]
+    if pairs:
+        ways = ("prepared", "prepared_floor", "encoded", "encoded_pandas")
+        out += [
+            "",
+            'Prepared shards encoded at read (`shard_columns: "prepared"`): drawn rows in the export\'s '
+            "files and row groups, written once as prepared shards and once as the encoded shards "
+            "`encode` makes of them (`input_pipeline.write_pair`), the four readers rotating in one run. "
+            "*vs floor*: `RankBatches` over the prepared shards / a plain pyarrow read of them (numbers "
+            "into numpy, strings left as Arrow); *vs pandas*: / pandas + DataLoader over the encoded "
+            "shards; *vs encoded*: / `RankBatches` over the encoded shards.",
+            "",
+            "| rows | `RankBatches`, prepared | pyarrow read of the prepared (floor) "
+            "| `RankBatches`, encoded | pandas + DataLoader, encoded | vs floor | vs pandas | vs encoded "
+            "| peak RSS prepared / floor / encoded / pandas |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for rows, pair in pairs:
+            peaks = " / ".join(f"{pair[f'{w}_peak_rss_mb']['median']:.0f}" for w in ways)
+            out.append(
+                _row(
+                    f"{pair['rows']:,} (export of {int(rows):,} raw)",
+                    *(_fmt(pair[f"{w}_rows_per_s"], " rows/s", 0) for w in ways),
+                    _fmt(pair["vs_floor"], "x"),
+                    _fmt(pair["vs_pandas"], "x"),
+                    _fmt(pair["vs_encoded"], "x"),
+                    f"{peaks} MB",
+                )
+            )
     return out
 
 

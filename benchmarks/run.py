@@ -311,19 +311,16 @@ def _small_day(lake: Path, logs: Path, warmup: int, reps: int) -> dict[str, Any]
     }
 
 
-def _input(manifest: str, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
-    def reader_run(reader: str) -> Callable[[Path], dict[str, Any]]:
+def _input(manifest: str, logs: Path, warmup: int, reps: int, pair_root: Path) -> dict[str, Any]:
+    """The readers over the export's shards, then (`prepared`) over the same drawn rows written
+    as encoded and as prepared shards (input_pipeline.write_pair, not timed): the loader encoding
+    at read against a plain pyarrow read of the prepared shards and against pandas + DataLoader
+    over the encoded ones, side by side in one rotation."""
+
+    def reader_run(reader: str, uri: str = manifest, name: str = "") -> Callable[[Path], dict[str, Any]]:
         def measure(rep_logs: Path) -> dict[str, Any]:
-            cmd = [
-                sys.executable,
-                "-m",
-                "benchmarks.input_pipeline",
-                "--manifest",
-                manifest,
-                "--reader",
-                reader,
-            ]
-            m = run_child(cmd, env=child_env(), log=rep_logs / f"{reader}.log", cwd=REPO)
+            cmd = [sys.executable, "-m", "benchmarks.input_pipeline", "--manifest", uri, "--reader", reader]
+            m = run_child(cmd, env=child_env(), log=rep_logs / f"{name or reader}.log", cwd=REPO)
             return {**child_result(m), "peak_rss_mb": m.peak_rss_mb}
 
         return measure
@@ -335,6 +332,32 @@ def _input(manifest: str, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
         run["vs_pandas"] = round(
             run["rank_batches"]["rows_per_s"] / run["pandas_dataloader"]["rows_per_s"], 3
         )
+    pair = child_result(
+        run_child(
+            [
+                *(sys.executable, "-m", "benchmarks.input_pipeline"),
+                "--write-pair",
+                manifest,
+                "--out",
+                str(pair_root),
+            ],
+            env=child_env(),
+            log=logs / "write_pair.log",
+            cwd=REPO,
+        )
+    )
+    ways = {
+        "encoded": reader_run("rank_batches", pair["encoded"], "encoded"),
+        "prepared": reader_run("rank_batches", pair["prepared"], "prepared"),
+        "prepared_floor": reader_run("pyarrow_floor", pair["prepared"], "prepared_floor"),
+        "encoded_pandas": reader_run("pandas_dataloader", pair["encoded"], "encoded_pandas"),
+    }
+    pair_runs = _rotate(ways, logs / "prepared", warmup, reps, "input, prepared shards")
+    for run in pair_runs:
+        prepared = run["prepared"]["rows_per_s"]
+        run["vs_floor"] = round(prepared / run["prepared_floor"]["rows_per_s"], 3)
+        run["vs_pandas"] = round(prepared / run["encoded_pandas"]["rows_per_s"], 3)
+        run["vs_encoded"] = round(prepared / run["encoded"]["rows_per_s"], 3)
     return {
         "runs": runs,
         "rows": runs[-1]["rank_batches"]["rows"],
@@ -342,6 +365,13 @@ def _input(manifest: str, logs: Path, warmup: int, reps: int) -> dict[str, Any]:
         **{f"{r}_peak_rss_mb": summary([x[r]["peak_rss_mb"] for x in runs]) for r in readers},
         "vs_floor": summary([r["vs_floor"] for r in runs]),
         "vs_pandas": summary([r["vs_pandas"] for r in runs]),
+        "prepared": {
+            "runs": pair_runs,
+            "rows": pair_runs[-1]["prepared"]["rows"],
+            **{f"{w}_rows_per_s": summary([x[w]["rows_per_s"] for x in pair_runs]) for w in ways},
+            **{f"{w}_peak_rss_mb": summary([x[w]["peak_rss_mb"] for x in pair_runs]) for w in ways},
+            **{k: summary([r[k] for r in pair_runs]) for k in ("vs_floor", "vs_pandas", "vs_encoded")},
+        },
     }
 
 
@@ -600,7 +630,8 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 spark_prep.run_fused(lake, generate.DS, scale_logs / "export")
             if "input" in args.only:
                 manifest = spark_prep.manifest_uri(lake, generate.DS)
-                scale["input"] = _input(manifest, scale_logs / "input", args.warmup, args.reps)
+                pair_root = WORK / "data" / f"prepared-{rows}-s{args.seed}"
+                scale["input"] = _input(manifest, scale_logs / "input", args.warmup, args.reps, pair_root)
                 save()
             if "passes" in args.only:
                 scale["passes"] = _passes(lake, scale_logs / "passes")
