@@ -157,10 +157,11 @@ def _ids(values: pa.Array, spec: Mapping[str, Any]) -> np.ndarray:
     per dictionary entry, and each row takes its entry's id: no per-row hashing or look-up.
     """
     if pa.types.is_dictionary(values.type):
-        indices = values.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        if not len(values.dictionary):
-            return np.full(len(values), MISSING_ID, dtype=np.int32)
-        return _ids(values.dictionary, spec)[indices]
+        entries, indices = values.dictionary, values.indices
+        if indices.null_count:  # a null takes the id a plain null value gets: one more entry
+            indices = indices.fill_null(len(entries))
+            entries = pa.concat_arrays([entries, pa.nulls(1, entries.type)])
+        return _ids(entries, spec)[indices.to_numpy()]
     if spec["encoding"] == "vocab":
         position = pc.index_in(values, value_set=pa.array(spec["vocabulary"], pa.string()))
         return pc.fill_null(pc.add(position, 2), UNSEEN_ID).to_numpy(zero_copy_only=False).astype(np.int32)
@@ -195,19 +196,25 @@ def encode_tokens(values: Any, spec: Mapping[str, Any]) -> np.ndarray:
     if not (pa.types.is_list(tokens.type) or pa.types.is_large_list(tokens.type)):
         raise TransformError(f"{where}: a prepared {tokens.type} column; expected lists of tokens")
     n, width = len(tokens), int(spec["max_tokens"])
-    out = np.full((n, width), PADDING_ID, dtype=np.int32)
-    lengths = pc.fill_null(pc.list_value_length(tokens), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = _strings(pc.list_flatten(tokens), where)
-    if len(flat) != int(lengths.sum()):
-        raise TransformError(f"{where}: null token lists hold values")  # not written by Arrow or Spark
-    if not len(flat):
-        return out
-    ids = _ids(flat, spec)
-    starts = np.cumsum(lengths) - lengths
-    row = np.repeat(np.arange(n), lengths)
-    position = np.arange(len(flat)) - np.repeat(starts, lengths)
-    kept = position < width
-    out[row[kept], position[kept]] = ids[kept]
+    # The offsets of this (maybe sliced) array's lists, n + 1 of them; a null list counts as
+    # empty whatever its offsets span (ListArray.flatten skips it too).
+    offsets = tokens.offsets.to_numpy().astype(np.intp, copy=False)
+    lengths = np.diff(offsets)
+    if tokens.null_count:
+        lengths[tokens.is_null().to_numpy(zero_copy_only=False)] = 0
+    first = int(offsets[0]) if n else 0
+    values = tokens.values.slice(first, int(offsets[-1]) - first if n else 0)
+    flat = _strings(values, where)
+    if not len(flat) or not lengths.any():
+        return np.full((n, width), PADDING_ID, dtype=np.int32)
+    # Each token's id once (per dictionary entry for a dictionary array), then each of the
+    # max_tokens positions gathers its rows' token ids, or the padding id appended past the
+    # end: a few vectorised takes, no per-token row and position arrays.
+    ids = np.concatenate([_ids(flat, spec).astype(np.int32, copy=False), np.array([PADDING_ID], np.int32)])
+    starts = offsets[:-1] - first
+    out = np.empty((n, width), dtype=np.int32)
+    for position in range(width):
+        out[:, position] = ids[np.where(lengths > position, starts + position, len(flat))]
     return out
 
 
