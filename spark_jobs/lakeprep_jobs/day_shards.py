@@ -142,4 +142,7 @@ def _document(
         "splits": splits,
     }
     common.write_text(spark, layout.join(staging, SHARDS), json.dumps(doc, indent=1, sort_keys=True))
+    # The marker Spark's own writer leaves in a folder it wrote: the partition is complete
+    # once the commit renames it (`common.PartitionCommit`).
+    common.write_success(spark, staging)
     return doc

@@ -621,6 +621,7 @@ def test_the_day_is_written_once_as_shards_of_one_split_and_class_in_balance_has
     p = SampleParams(label_classes=[0, 1], fraction=0.5, seed=7, balance_seed=3, rows_per_file=40)
     report = sample.run(spark, [src], f"file://{out}", p)
     doc = json.loads((out / day_shards.SHARDS).read_text())
+    assert (out / "_SUCCESS").exists()  # complete: the window's stages read it
     assert doc["order"]["seed"] == 3 and doc["rows_per_file"] == 40
     listed = {f["path"] for files in doc["splits"].values() for c in files.values() for f in c}
     assert listed == {f.name for f in out.glob("part-*.parquet")}
