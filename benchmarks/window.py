@@ -57,6 +57,7 @@ DAILY_BOUNDS = ("wait_for_partition", WINDOW_SENSOR)
 WINDOW_BOUNDS = (WINDOW_SENSOR, "gpu_training_handoff")
 DEFAULT_WINDOW_DAYS = (1, 30)
 TARGET_RATIO = 1.2  # a run at N days <= this x the run at 1 day (issue 30)
+TARGET_DAYS = 30  # the window the target is about (`window.days`' default)
 PREPARED = "prepared.json"
 
 

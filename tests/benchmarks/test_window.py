@@ -178,3 +178,16 @@ def test_the_target_is_judged_on_the_ratio_at_the_longest_window_it_names(ratio,
     section = "\n".join(report._window_section(results))
     assert "| 4 days | 3,600 |" in section  # the rows the 4-day window exported
     assert "window tasks: fit_transform (spark), export_shards (spark)." in section  # pipeline order
+
+
+def test_the_target_at_thirty_days_is_projected_from_the_window_tasks_growth():
+    part = _window_part(1.1)
+    # Window tasks 18 s at 1 day and 27 s at 4 days: 3 s a day more; the run at 1 day 40 s.
+    part["windows"]["4"]["cpu_s"]["median"] = 27.0
+    rows = report._window_targets({"scales": {"100000": {"window": part}}})
+    (projected,) = [r for r in rows if "projected" in r]
+    assert "at 30 days" in projected and "1 to 4 days" in projected
+    assert "| 3.17x |" in projected and projected.endswith("| **missed** |")  # (40 + 29 * 3) / 40
+    part["windows"]["4"]["cpu_s"]["median"] = 18.5
+    rows = report._window_targets({"scales": {"100000": {"window": part}}})
+    assert [r for r in rows if "projected" in r][0].endswith("| met |")  # (40 + 29 / 6) / 40 = 1.12
