@@ -273,10 +273,13 @@ def measure(manifest_uri: str, reader: str, min_seconds: float = MIN_SECONDS) ->
     gc.collect()
     gc.freeze()
     passes: list[float] = []
-    while not passes or sum(passes) < min_seconds:
-        start = time.perf_counter()
-        rows = read(manifest)
-        passes.append(time.perf_counter() - start)
+    try:
+        while not passes or sum(passes) < min_seconds:
+            start = time.perf_counter()
+            rows = read(manifest)
+            passes.append(time.perf_counter() - start)
+    finally:
+        gc.unfreeze()  # thawed as the trainer thaws after its epochs (a caller's process goes on)
     seconds = statistics.median(passes)
     return {
         "reader": reader,
