@@ -96,7 +96,7 @@ def test_a_failed_submission_fails_the_profile_naming_its_exit_code(tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
     # py-spy is pinned in requirements-dev.txt: missing, the install is broken, so fail, not skip.
     assert day_profile.py_spy() is not None, "py-spy is not installed (requirements-dev.txt)"
@@ -114,9 +114,15 @@ def test_profile_of_a_small_day_accounts_for_every_stage_and_job(tmp_path):
         "--json",
         str(tmp_path / "profile.json"),
     ]
-    result = run_command(cmd, cwd=REPO, env=env, timeout=900, check=False)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
-    profile = json.loads((tmp_path / "profile.json").read_text())
+    for _attempt in (1, 2):
+        result = run_command(cmd, cwd=REPO, env=env, timeout=900, check=False)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+        profile = json.loads((tmp_path / "profile.json").read_text())
+        # py-spy samples the driver from outside: on a loaded machine (a clean-clone suite in
+        # two workers) it once caught no sample of a submission's stages at all. Profiled
+        # again once; the second run's profile is judged whatever it shows.
+        if all(list(sub["stages"]) == name.split("+") for name, sub in profile.items()):
+            break
     assert list(profile) == ["validate+preprocess+sample", "fit_transform+export_shards"]
     for name, sub in profile.items():
         assert list(sub["stages"]) == name.split("+"), name
