@@ -9,6 +9,7 @@ import threading
 import time
 import warnings
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -608,3 +609,65 @@ def test_file_rows_must_equal_the_files_row_count(tmp_path, edit_manifest):
         ValueError, match=r"shard shards/shard-a.parquet has 50 rows, the manifest's file_rows says 49"
     ):
         RankBatches(load_manifest(str(path)), "train", 0).check_shards()
+
+
+# ------------------------------------------- the shuffle buffer: files of one class each
+
+
+def write_class_files(tmp_path, *, rows_per_class: int = 256, row_group_size: int = 64):
+    """A split of two files of one class each (the prepared layout), in row groups of 64 rows."""
+    doc = prepared_export.transform_doc()
+    rows = prepared_export.encoded_rows(prepared_export.prepared_rows(2 * rows_per_class, seed=8), doc)
+    entries = []
+    for label in (0, 1):
+        part = rows.slice(label * rows_per_class, rows_per_class)
+        part = part.set_column(
+            part.schema.get_field_index("label"), "label", pa.array([label] * rows_per_class, pa.int32())
+        )
+        path = tmp_path / "shards" / f"part-train-{label}-00000.parquet"
+        entries.append({**prepared_export.write_file(part, path, row_group_size), "rows": rows_per_class})
+    return prepared_export.write_manifest(tmp_path, entries, batch_size=64)
+
+
+def test_the_shuffle_buffer_mixes_the_classes_of_one_class_files(tmp_path):
+    manifest = load_manifest(str(write_class_files(tmp_path)))
+    every_id = shard_ids(manifest)
+
+    def read(epoch: int, *, start_step: int = 0, **options) -> list:
+        ds = RankBatches(manifest, "train", 0, world_size=1, shuffle=True, seed=3, with_ids=True, **options)
+        ds.set_epoch(epoch, start_step=start_step)
+        return list(ds)
+
+    first = read(0, shuffle_rows=512)  # the buffer spans both files
+    assert [len(b) for b in first] == [64] * 8
+    assert all(set(b.label.tolist()) == {0, 1} for b in first)  # no batch of one class
+    assert collections.Counter(row for b in first for row in b.ids) == collections.Counter(every_id)
+    assert_same_batches(read(0, shuffle_rows=512), first)  # the same (seed, epoch): the same batches
+    assert_same_batches(read(0, shuffle_rows=512, prefetch=0), first)  # with or without the threads
+    later = read(1, shuffle_rows=512)
+    assert [list(b.ids) for b in later] != [list(b.ids) for b in first]
+    assert sorted(row for b in later for row in b.ids) == sorted(every_id)
+    # A resumed epoch gives the batches the uninterrupted one gave from its start step on.
+    assert_same_batches(read(1, start_step=5, shuffle_rows=512), later[5:])
+    # A buffer of two row groups still mixes rows across the file's row groups, and flushes
+    # its last, partial fill: the same rows in the planned steps.
+    small = read(0, shuffle_rows=100)
+    assert [len(b) for b in small] == [64] * 8
+    assert sorted(row for b in small for row in b.ids) == sorted(every_id)
+
+
+def test_the_shuffle_buffer_holds_a_bounded_number_of_rows_and_yields_each_once():
+    blocks = [
+        {"label": np.arange(start, start + n)} for start, n in [(0, 10), (10, 30), (40, 5), (45, 40), (85, 7)]
+    ]
+    mixed = list(dataset._shuffle_buffer(iter(blocks), 32, np.random.default_rng(0)))
+    assert [len(b["label"]) for b in mixed] == [40, 45, 7]  # held until 32 or more, then the rest
+    assert sorted(np.concatenate([b["label"] for b in mixed]).tolist()) == list(range(92))
+    assert mixed[0]["label"].tolist() != list(range(40))  # permuted together
+    assert {int(x) for x in mixed[0]["label"][:20]} & set(range(10, 40))  # across the blocks
+
+
+@pytest.mark.parametrize("rows", [0, -5, 2.5, True])
+def test_shuffle_rows_must_be_a_positive_count(export_two_ranks, rows):
+    with pytest.raises(ValueError, match=r"shuffle_rows .* must be a positive number of rows"):
+        RankBatches(load_manifest(str(export_two_ranks)), "train", 0, shuffle=True, shuffle_rows=rows)

@@ -13,6 +13,12 @@ global order without talking to the others:
    ``W * ceil(N / W)`` by repeating its first rows;
 3. rank ``r`` takes the contiguous chunk ``[r * rows_per_rank, (r + 1) * rows_per_rank)``
    and reads only the row groups of the shards it overlaps, sliced to the chunk.
+   Shuffled, it reads each shard's row groups in an order drawn from
+   ``(seed, epoch, rank)``, and a bounded shuffle buffer mixes their rows: row groups are
+   held until they have ``shuffle_rows`` rows or more (:data:`SHUFFLE_BUFFER_ROWS`), their
+   rows permuted together, and batches cut from the mixed rows (the last buffer may be
+   smaller). A row group of a prepared day holds one class, so without the buffer every
+   batch would be of one class.
 
 So every rank yields exactly ``steps_per_rank = ceil(rows_per_rank / batch_size)``
 batches per epoch (only the last may be short), and every row is read exactly once per
@@ -71,6 +77,15 @@ _T = TypeVar("_T")
 NUMERIC_DTYPE = np.float32
 ID_DTYPE = np.int32
 LABEL_DTYPE = np.int64
+
+# Rows a shuffled read mixes at a time (RankBatches' shuffle_rows). A day's prepared files
+# hold one split and one class each, in row groups of 16,384 rows, and a window's manifest
+# lists them as entries of about a row group (lakeprep_jobs.day_shards): a row group's
+# batches alone would be of one class and day. 65,536 rows are four such row groups, so a
+# buffer mixes four entries of the permuted entry order (classes, days), while it holds a
+# bounded amount: the buffer and its mixed copy, twice 65,536 rows (at 1 KiB a row,
+# 128 MiB), never a rank's whole chunk.
+SHUFFLE_BUFFER_ROWS = 65_536
 
 
 @dataclass
@@ -369,6 +384,56 @@ def _split(block: _Block, batch_size: int) -> list[Batch]:
     ]
 
 
+def _mixed(blocks: list[_Block], rng: np.random.Generator) -> _Block:
+    """The rows of ``blocks`` together, in one order drawn from ``rng``: each row copied once.
+
+    Each block's rows are written to their drawn places (a scatter), rather than
+    concatenated and then gathered (two copies). Numeric arrays go to Arrow's pool, as the
+    blocks do (:func:`_empty`); row ids are Python strings (object arrays).
+    """
+    n = sum(_length(b) for b in blocks)
+    places = rng.permutation(n)
+    mixed: _Block = {}
+    for key, first in blocks[0].items():
+        shape = (n, *first.shape[1:])
+        out = np.empty(shape, dtype=object) if first.dtype == object else _empty(shape, first.dtype.type)
+        start = 0
+        for block in blocks:
+            stop = start + _length(block)
+            out[places[start:stop]] = block[key]
+            start = stop
+        mixed[key] = out
+    return mixed
+
+
+def _shuffle_buffer(blocks: Iterator[_Block], rows: int, rng: np.random.Generator) -> Iterator[_Block]:
+    """Blocks held until they have at least ``rows`` rows, then yielded as one, their rows mixed.
+
+    A bounded shuffle buffer (tf.data's ``shuffle``, MosaicML Streaming's shuffle block):
+    rows of different row groups, hence of different shard entries, classes and days, share
+    batches, while at most ``rows`` plus one block's rows are held (never a rank's whole
+    chunk). The last, partial buffer is yielded as it is. ``rng`` is drawn from in the
+    order the blocks arrive, in the thread that iterates this, so the order does not depend
+    on how far the reading thread is ahead.
+    """
+    held: list[_Block] = []
+    count = 0
+    try:
+        for block in blocks:
+            held.append(block)
+            count += _length(block)
+            if count >= rows:
+                mixed = _mixed(held, rng)
+                held, count = [], 0  # the blocks go while the consumer takes their rows
+                yield mixed
+        if held:
+            yield _mixed(held, rng)
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:
+            close()
+
+
 def _batch_runs(blocks: Iterable[_Block], batch_size: int) -> Iterator[list[Batch]]:
     """Re-cut blocks of any size into ``batch_size`` batches; the last may be short.
 
@@ -658,14 +723,17 @@ def _span_tables(
     where: str,
     expected: Mapping[str, str] | None = None,
     read_dictionary: list[str] | None = None,
+    *,
+    row_order: bool = True,
 ) -> Iterator[_Piece]:
     """The row groups of ``spans`` as pyarrow tables, sliced to the spans: the I/O and decoding.
 
     A span's rows are rows of its shard entry, which starts at the entry's ``offset`` in
     its file: only the row groups the span overlaps there are read. ``expected``: the
     column types each file must have (prepared shards). ``rng`` draws the order of the
-    row groups within a span and of the rows within each row group here, in reading
-    order, so that the order does not depend on which thread converts the rows.
+    row groups within a span and (``row_order``) of the rows within each row group here,
+    in reading order, so that the order does not depend on which thread converts the rows.
+    Without ``row_order`` the rows keep the file's order (a shuffle buffer mixes them).
     """
     for span in spans:
         shard = split.shards[span.index]
@@ -690,7 +758,7 @@ def _span_tables(
                     lo = max(first, int(starts[group])) - int(starts[group])
                     hi = min(last, int(starts[group + 1])) - int(starts[group])
                     table = parquet.read_row_group(group, columns=columns).slice(lo, hi - lo)
-                    yield at, table, (rng.permutation(hi - lo) if rng is not None else None)
+                    yield at, table, (rng.permutation(hi - lo) if rng is not None and row_order else None)
         except (OSError, pa.ArrowException) as err:
             raise ValueError(f"{at}: cannot read {shard.location}: {err}") from err
 
@@ -738,6 +806,7 @@ def _batch_pipeline(
     rng: np.random.Generator | None,
     where: str,
     read_ahead: bool,
+    shuffle_rows: int = 0,
 ) -> Iterator[list[Batch]]:
     """The batches of ``spans`` in runs (:func:`_batch_runs`).
 
@@ -745,13 +814,31 @@ def _batch_pipeline(
     converted and cut (the caller's thread, normally :func:`prefetch`'s): pyarrow decodes
     without the GIL, so reading and converting overlap. Shards are exported in row groups
     of a bounded number of rows (docs/MANIFEST.md), so there are several to overlap.
+
+    With ``rng`` and ``shuffle_rows``, the reader permutes the row groups of each span
+    (drawing from ``rng`` in the reading thread) and a shuffle buffer of ``shuffle_rows``
+    rows (:func:`_shuffle_buffer`) mixes the rows of consecutive row groups (drawing from a
+    generator spawned from ``rng`` here, before reading starts, in the converting thread):
+    each generator is drawn from by one thread, in reading order, so the batches are the
+    same whether or not the threads run ahead.
     """
+    mixing = rng.spawn(1)[0] if rng is not None and shuffle_rows > 0 else None
     pieces: Iterator[_Piece] = _span_tables(
-        split, spans, layout.columns(with_ids), rng, where, layout.expected, layout.read_dictionary
+        split,
+        spans,
+        layout.columns(with_ids),
+        rng,
+        where,
+        layout.expected,
+        layout.read_dictionary,
+        row_order=mixing is None,  # the buffer orders the rows
     )
     if read_ahead:
         pieces = _Background(([piece] for piece in pieces), 1, None, "lakeprep-read")
-    return _batch_runs(_blocks(pieces, layout), batch_size)
+    blocks = _blocks(pieces, layout)
+    if mixing is not None:
+        blocks = _shuffle_buffer(blocks, shuffle_rows, mixing)
+    return _batch_runs(blocks, batch_size)
 
 
 class RankBatches(IterableDataset):
@@ -761,8 +848,10 @@ class RankBatches(IterableDataset):
     for; the rows are planned at read time by :func:`plan_rank` (default: the manifest's
     ``plan.world_size``). With ``shuffle``, the order of the shards comes from
     ``(seed, epoch)`` (the same on every rank) and the order of row groups and rows
-    within this rank's chunk from ``(seed, epoch, rank)``: reproducible and different
-    per epoch. Call :meth:`set_epoch` before each epoch. Batches are already collated:
+    within this rank's chunk from ``(seed, epoch, rank)``, and a shuffle buffer mixes the
+    rows of consecutive row groups, ``shuffle_rows`` or more at a time
+    (:data:`SHUFFLE_BUFFER_ROWS`): reproducible and different per epoch. Call
+    :meth:`set_epoch` before each epoch. Batches are already collated:
     use directly, or ``DataLoader(ds, batch_size=None)`` with the default
     ``num_workers=0`` (each worker would read the whole rank again; the background
     thread does the prefetching).
@@ -777,17 +866,24 @@ class RankBatches(IterableDataset):
         world_size: int | None = None,
         seed: int = 0,
         shuffle: bool = False,
+        shuffle_rows: int = SHUFFLE_BUFFER_ROWS,
         prefetch: int = 2,
         pin_memory: bool = False,
         with_ids: bool = False,
     ) -> None:
         super().__init__()
+        if isinstance(shuffle_rows, bool) or not isinstance(shuffle_rows, int) or shuffle_rows < 1:
+            raise ValueError(
+                f"RankBatches shuffle_rows {shuffle_rows!r} must be a positive number of rows (the shuffle "
+                f"buffer's size; default {SHUFFLE_BUFFER_ROWS})"
+            )
         self.manifest = manifest
         self.split: Split = manifest.split(split)
         self.world_size = world_size if world_size is not None else self.split.plan.world_size
         self.rank = rank
         self.seed = seed
         self.shuffle = shuffle
+        self.shuffle_rows = shuffle_rows
         self.epoch = 0
         # Raises on a bad rank or a split with fewer rows than ranks, before any collective.
         self.plan = self.plan_for_epoch(0)
@@ -862,6 +958,7 @@ class RankBatches(IterableDataset):
             rng=rng,
             where=self.where,
             read_ahead=self.prefetch_depth > 0,
+            shuffle_rows=self.shuffle_rows,
         )
         planned = self._hold_to_plan(runs, plan)
         skip, self.skip_steps = self.skip_steps, 0
