@@ -418,6 +418,14 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             {"enum": ["drop", "pad"]},
             "`drop` the rows that do not divide by the world size, or `pad` by repeating rows",
         ),
+        Knob(
+            "shards",
+            "prepared",
+            {"enum": ["prepared", "encoded"]},
+            "`prepared`: the manifest names the sampled days' own files and the trainer applies "
+            "the transform as it reads; `encoded`: the features written out as shards of their "
+            "own (for readers other than lakeprep's loader; always so with `balance.augment`)",
+        ),
     ),
     "training": (
         Knob(

@@ -16,7 +16,10 @@ named by content, not by Spark's task ids, and get a canonical footer
 (`lakeprep_jobs.parquet_footer`), so a rerun of a day writes the same bytes.
 
 A (split, class) with more than `rows_per_file` rows is cut into `ceil(rows / rows_per_file)`
-files by equal ranges of the hash (about equal rows each, no numbering pass).
+files by equal ranges of the hash (about equal rows each, no numbering pass). Row groups
+hold `row_group_rows` rows (the last of a file fewer): a window's manifest cuts the files
+into entries at those boundaries, so the loader reads whole row groups and a shuffled
+epoch deals them over the ranks (`lakeprep_jobs.window_manifest`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ FORMAT_VERSION = 1
 SHARDS = layout.DAY_SHARDS
 ORDER = "_order"  # the balance hash of a row, a unit value (dropped before writing)
 _FILE = "_file"
+# Rows per Parquet row group of a day's file: the unit a window's manifest deals to ranks.
+# 16,384 prepared rows decode to a few MiB, so the loader overlaps reading and converting,
+# and a 30-day window of 1 M rows a day is about 1,900 entries per manifest.
+ROW_GROUP_ROWS = 16_384
 
 
 def balance_seed(seed: int) -> str:
@@ -67,6 +74,7 @@ def write(
     *,
     seed: int,
     rows_per_file: int,
+    row_group_rows: int = ROW_GROUP_ROWS,
 ) -> dict[str, Any]:
     """Write `rows` (with `split` and `label`) under `staging` as the day's shards; return
     `_shards.json`'s document (also written). `counts`: rows per (split, label), as planned.
@@ -76,7 +84,7 @@ def write(
     groups = {key: files_per_group(n, rows_per_file) for key, n in counts.items() if n}
     if not groups:  # Spark writes one file with the schema alone: readers still see the columns
         common.write_parquet(rows.limit(0), staging)
-        return _document(spark, staging, {}, seed, rows_per_file)
+        return _document(spark, staging, {}, seed, rows_per_file, row_group_rows)
     per_group = F.lit(1)
     for (split, label), n in groups.items():
         match = (F.col(layout.SPLIT) == split) & (F.col(layout.LABEL) == label)
@@ -92,6 +100,8 @@ def write(
         .drop(ORDER)
         .write.mode("overwrite")
         .option("compression", "zstd")
+        # parquet-java ends a row group at this many rows (`export_shards.row_group_rows`).
+        .option("parquet.block.row.count.limit", row_group_rows)
         .partitionBy("_s", "_c", _FILE)
         .parquet(tmp)
     )
@@ -109,26 +119,35 @@ def write(
             parquet_footer.commit_shard(spark, found[0], f"{staging}/{name}")
             names.setdefault((split, label), []).append(name)
     common.delete(spark, tmp)
-    return _document(spark, staging, names, seed, rows_per_file)
+    return _document(spark, staging, names, seed, rows_per_file, row_group_rows)
+
+
+def file_digests(spark: SparkSession, folder: str) -> dict[str, tuple[int, str]]:
+    """File name -> (bytes, sha256) of the `part-*.parquet` files in `folder` (one job, the
+    hashing on the executors)."""
+    from pyspark.sql import functions as F
+
+    return {
+        r[0].rsplit("/", 1)[-1]: (int(r[1]), r[2])
+        for r in spark.read.format("binaryFile")
+        .option("pathGlobFilter", "part-*.parquet")
+        .load(folder)
+        .select("path", "length", F.sha2("content", 256))
+        .collect()
+    }
 
 
 def _document(
-    spark: SparkSession, staging: str, names: dict[tuple[str, int], list[str]], seed: int, rows_per_file: int
+    spark: SparkSession,
+    staging: str,
+    names: dict[tuple[str, int], list[str]],
+    seed: int,
+    rows_per_file: int,
+    row_group_rows: int,
 ) -> dict[str, Any]:
     """`_shards.json`: per split and class, the files in order with rows (from the footers),
     bytes and sha256 (one job over the day's files, on the executors)."""
-    from pyspark.sql import functions as F
-
-    sums: dict[str, tuple[int, str]] = {}
-    if names:
-        for r in (
-            spark.read.format("binaryFile")
-            .option("pathGlobFilter", "part-*.parquet")
-            .load(staging)
-            .select("path", "length", F.sha2("content", 256))
-            .collect()
-        ):
-            sums[r[0].rsplit("/", 1)[-1]] = (int(r[1]), r[2])
+    sums = file_digests(spark, staging) if names else {}
     rows = common.parquet_file_rows(spark, staging)
     splits: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for (split, label), files in sorted(names.items()):
@@ -139,6 +158,7 @@ def _document(
         "format_version": FORMAT_VERSION,
         "order": {"hash": "xxhash64(id, 'lakeprep-balance-<seed>') as a unit value, then id", "seed": seed},
         "rows_per_file": rows_per_file,
+        "row_group_rows": row_group_rows,
         "splits": splits,
     }
     common.write_text(spark, layout.join(staging, SHARDS), json.dumps(doc, indent=1, sort_keys=True))

@@ -58,6 +58,7 @@ FORMAT_VERSION = 1
 
 
 WINDOW_KEYS = ("days", "complete", "failed", "missing", "before_start")
+SHARD_LAYOUTS = ("prepared", "encoded")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,10 @@ class ExportParams:
     remainder: str
     window: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     row_group_mb: float = 8  # MiB of decoded rows per Parquet row group (`row_group_rows`)
+    # `prepared`: a manifest over the sampled days' files (`lakeprep_jobs.export_manifest`);
+    # `encoded`: the features materialised here, in shards of their own. Augmentation makes
+    # rows in Spark, so an export with `balance.augment` is encoded whatever this says.
+    shards: str = "prepared"
     balance: balance.BalanceParams = dataclasses.field(default_factory=balance.BalanceParams)
 
     def __post_init__(self) -> None:
@@ -90,6 +95,13 @@ class ExportParams:
             raise ValueError(f"batch_size {self.batch_size!r} must be >= 1")
         if self.remainder not in ("drop", "pad"):
             raise ValueError(f"remainder {self.remainder!r} must be 'drop' or 'pad'")
+        if self.shards not in SHARD_LAYOUTS:
+            raise ValueError(f"shards {self.shards!r} must be one of {SHARD_LAYOUTS}")
+
+    @property
+    def layout(self) -> str:
+        """The layout this export writes: `encoded` when augmentation makes rows."""
+        return "encoded" if self.balance.augment != "none" else self.shards
 
 
 @dataclasses.dataclass(frozen=True)
@@ -686,6 +698,15 @@ def sampling_report(
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
+    if p.layout == "prepared":
+        from lakeprep_jobs import export_manifest
+
+        return export_manifest.run(spark, inputs, output, p)
+    return run_encoded(spark, inputs, output, p)
+
+
+def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
+    """The materialised export: every split encoded here and written as shards of its own."""
     from lakeprep_contracts import documents
     from lakeprep_jobs.transform import apply_transform
 
@@ -819,6 +840,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
             # Ranks get equal rows: the remainder dropped or padded.
             "rows_dropped_for_balance": max(0, rows_available - rows_out),
             "rows_padded_for_balance": max(0, rows_out - rows_available),
+            "shard_columns": "encoded",
             "shards": {s: len(v["shards"]) for s, v in splits.items()},
             "window": manifest["window"],
             "transform": p.transform_uri,

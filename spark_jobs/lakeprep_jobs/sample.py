@@ -82,6 +82,7 @@ class SampleParams:
     # balance hash of `stages.balance.seed`, at most `rows_per_file` rows a file.
     balance_seed: int = 0
     rows_per_file: int = 500_000
+    row_group_rows: int = day_shards.ROW_GROUP_ROWS
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -315,6 +316,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
                 {(s, int(c)): n for (s, c), n in after.items()},
                 seed=p.balance_seed,
                 rows_per_file=p.rows_per_file,
+                row_group_rows=p.row_group_rows,
             )
             written = common.parquet_rows(spark, staging)
             if written != rows_out:

@@ -37,6 +37,42 @@ def land_day(
     return f"file://{part}"
 
 
+def land_sampled_day(
+    spark,
+    root: Path,
+    day: str,
+    rows: list[tuple],
+    *,
+    seed: int = 0,
+    rows_per_file: int = 4,
+    row_group_rows: int = 2,
+) -> str:
+    """A sampled partition as `sample` writes it: its rows as the day's shards
+    (`lakeprep_jobs.day_shards`: one split and class per file, `_shards.json`), small files
+    and row groups so that slices cross them; the report and fit statistics of `land_day`."""
+    from collections import Counter
+
+    from lakeprep_jobs import day_shards
+
+    part = root / "sample" / f"dt={day}"
+    df = spark.createDataFrame(rows, SAMPLED_SCHEMA)
+    counts = Counter((r[5], r[1]) for r in rows)
+    day_shards.write(
+        spark,
+        df,
+        f"file://{part}",
+        dict(counts),
+        seed=seed,
+        rows_per_file=rows_per_file,
+        row_group_rows=row_group_rows,
+    )
+    (part / common.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
+    p = fit_params()
+    statistics = split_statistics(df, window_fit.profile(p), p.label_classes)
+    (part / layout.FIT_STATISTICS).write_text(json.dumps(statistics, sort_keys=True))
+    return f"file://{part}"
+
+
 def day_rows(day: str, train: int, validation: int, test: int) -> list[tuple]:
     splits = ["train"] * train + ["validation"] * validation + ["test"] * test
     return [
@@ -56,7 +92,21 @@ def fit_params(**kw) -> FitParams:
         numeric=[{"name": "x", "scaling": "standard", "impute": "mean", "clip_quantiles": None}],
         categorical=[{"name": "c", "encoding": "vocab", "min_frequency": 1, "max_vocab": 100, "buckets": 64}],
         text=[{"name": "t", "encoding": "vocab", "min_frequency": 1, "vocab_size": 64, "max_tokens": 3}],
-        contract={"validate": {}, "preprocess": {}},
+        contract={
+            "validate": {
+                "format": "parquet",
+                "columns": [
+                    {"name": "row_id", "type": "string", "nullable": False},
+                    {"name": "y", "type": "int", "nullable": False},
+                    {"name": "x", "type": "double"},
+                    {"name": "c", "type": "string"},
+                    {"name": "t", "type": "string"},
+                ],
+                "id_column": "row_id",
+                "label_column": "y",
+            },
+            "preprocess": {},
+        },
         numeric_scaling="standard",
         numeric_impute="mean",
         clip_quantiles=None,
@@ -87,6 +137,7 @@ def export_params(transform_uri: str, **kw) -> ExportParams:
         batch_size=2,
         target_shard_mb=128,
         remainder="drop",
+        shards="encoded",  # the materialised export; test_export_manifest tests `prepared`
         window={
             "days": ["2013-01-01", "2013-01-02", DAY_3],
             "complete": ["2013-01-02", DAY_3],

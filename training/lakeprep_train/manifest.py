@@ -248,7 +248,9 @@ def rule_problems(raw: dict[str, Any]) -> list[str]:
             problems.append(f"features[{i}].name: {name!r} is the label (label.name), not a feature")
         seen.add(name)
     for name, split in raw["splits"].items():
-        problems += _split_problems(f"splits.{name}", split, classes)
+        problems += _split_problems(
+            f"splits.{name}", split, classes, contiguous=raw.get("shard_columns", "encoded") == "prepared"
+        )
     weights = raw["class_weights"]
     if sorted(weights) != sorted(classes):
         problems.append(f"class_weights: keys {sorted(weights)} do not match label.classes {sorted(classes)}")
@@ -266,7 +268,13 @@ def rule_problems(raw: dict[str, Any]) -> list[str]:
     return problems
 
 
-def _split_problems(where: str, split: dict[str, Any], classes: list[str]) -> list[str]:
+def _split_problems(
+    where: str, split: dict[str, Any], classes: list[str], *, contiguous: bool = False
+) -> list[str]:
+    """The rules of one split. Encoded shards are dealt to ranks by position (shard `i` on
+    rank `i % world_size`, `shards_per_rank` each); the entries of a prepared export
+    (`contiguous`) are slices cut at the ranks' boundaries, rank by rank, so a rank's
+    entries are consecutive and `shards_per_rank` is the most any rank holds."""
     problems: list[str] = []
     plan, rows, available = split["plan"], split["rows"], split["rows_available"]
     w, per_rank, batch = plan["world_size"], plan["rows_per_rank"], plan["batch_size"]
@@ -305,7 +313,20 @@ def _split_problems(where: str, split: dict[str, Any], classes: list[str]) -> li
 
     shards = split["shards"]
     n_before = len(problems)
-    if len(shards) % w:
+    if contiguous:
+        ranks = [s["rank"] for s in shards]
+        held = max((ranks.count(r) for r in range(w)), default=0)
+        if any(r >= w for r in ranks) or ranks != sorted(ranks):
+            problems.append(
+                f"{where}.shards: ranks {ranks[:20]}{'...' if len(ranks) > 20 else ''} must run from 0 "
+                f"to world_size - 1 = {w - 1}, each rank's entries together (shard_columns 'prepared')"
+            )
+        elif plan["shards_per_rank"] != held:
+            problems.append(
+                f"{where}.plan.shards_per_rank: {plan['shards_per_rank']}, "
+                f"but a rank holds up to {held} entries"
+            )
+    elif len(shards) % w:
         problems.append(
             f"{where}.shards: {len(shards)} shards is not a multiple of plan.world_size "
             f"{w}, so ranks cannot hold equal shares"
@@ -317,7 +338,7 @@ def _split_problems(where: str, split: dict[str, Any], classes: list[str]) -> li
         )
     files: dict[str, tuple[int, dict[str, Any]]] = {}  # path -> its first entry
     for i, shard in enumerate(shards):
-        if shard["rank"] != i % w:
+        if not contiguous and shard["rank"] != i % w:
             problems.append(
                 f"{where}.shards[{i}].rank: shard {i} belongs to rank {i} % world_size {w} "
                 f"= {i % w}, got {shard['rank']}"
