@@ -20,9 +20,12 @@ The model folder lands like every stage's partition: the trainer writes it under
 only a finished run is committed, `_SUCCESS` inside, by a rename onto
 `models/<dataset>/dt=<ds>`. The run key is the same for every try of the task, so a
 retry resumes from the killed try's checkpoint; what that try had written of the model
-folder is removed first. For an `hdfs://` lake the export partition is copied to a
-local work folder (the trainer reads local files), and the model folder is uploaded to
-the lake's staging folder and renamed into place.
+folder is removed first. For an `hdfs://` lake the trainer reads local files: the export
+partition and every file its manifest names (a prepared export's entries are the sampled
+days' files, `../../../sample/<dataset>/dt=<day>/...`) are copied to a local work folder
+laid out as the lake (`copy_export_down`), so the manifest's relative paths resolve there
+as in the lake; the model folder is uploaded to the lake's staging folder and renamed
+into place.
 The task returns the trainer's metrics (its XCom), so the run summary and later tasks
 read them without touching the lake.
 """
@@ -33,6 +36,7 @@ import contextlib
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -41,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow import spec as spec_mod
@@ -53,7 +58,7 @@ from lakeprep_airflow.locations import (
     training_dir,
 )
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
-from lakeprep_contracts import layout
+from lakeprep_contracts import documents, layout
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -84,6 +89,68 @@ def _copy_tree_down(fs: lake_fs.LakeFS, src: str, dst: Path) -> None:
             _copy_tree_down(fs, lake_fs.join(src, entry.name), dst / entry.name)
         else:
             (dst / entry.name).write_bytes(fs.read_bytes(lake_fs.join(src, entry.name)))
+
+
+class ExportRefused(AirflowFailException, ValueError):
+    """The export's manifest cannot be copied for training (it does not validate, or names a
+    file outside the lake). An AirflowFailException, so the task fails without retries (the
+    same manifest refuses again), and a ValueError naming the manifest and the field."""
+
+
+def _named_files(manifest: dict[str, Any]) -> list[tuple[str, str]]:
+    """(JSON path, reference) of each file the manifest names relative to its folder."""
+    named = [
+        (f"splits.{name}.shards[{i}].path", shard["path"])
+        for name, split in manifest["splits"].items()
+        for i, shard in enumerate(split["shards"])
+    ]
+    transform = manifest.get("transform")
+    if transform and "://" not in transform["uri"] and not transform["uri"].startswith("/"):
+        named.append(("transform.uri", transform["uri"]))
+    return named
+
+
+def copy_export_down(fs: lake_fs.LakeFS, lake_path: str, export_path: str, local_lake: Path) -> Path:
+    """Copy an export partition and the files its manifest names to ``local_lake``, as in the lake.
+
+    The export folder goes to ``local_lake/<its path in the lake>``. A prepared export's
+    entries name the sampled days' files outside it, relative to the manifest's folder
+    (``../../../sample/<dataset>/dt=<day>/...``, docs/MANIFEST.md): each is copied to the
+    same place under ``local_lake``, once however many entries slice it, so the copied
+    manifest's paths resolve as they do in the lake. ``lake_path`` and ``export_path`` are
+    paths in ``fs``. Returns the copied manifest's local path.
+
+    :raises ValueError: the manifest does not match its schema, or names a file that
+        would resolve outside the lake root (the trainer could only read a copy of it
+        from some other place).
+    """
+    export_in_lake = posixpath.relpath(export_path, lake_path)
+    if export_in_lake == ".." or export_in_lake.startswith("../"):
+        raise ValueError(f"export folder {export_path} is not inside the lake root {lake_path}")
+    local_export = local_lake / export_in_lake
+    _copy_tree_down(fs, export_path, local_export)
+    where = lake_fs.join(export_path, "manifest.json")
+    try:
+        manifest = json.loads((local_export / "manifest.json").read_text())
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{where}: not a JSON document: {err}") from err
+    documents.require("manifest", manifest, where)
+    copied: set[str] = set()
+    for field, reference in _named_files(manifest):
+        in_lake = posixpath.normpath(posixpath.join(export_in_lake, reference))
+        if in_lake == ".." or in_lake.startswith(("../", "/")):
+            raise ValueError(
+                f"{where}: {field} {reference!r} resolves outside the lake root {lake_path} "
+                f"(to {posixpath.normpath(posixpath.join(export_path, reference))}); a manifest "
+                "names files relative to its folder, within the lake (docs/MANIFEST.md)"
+            )
+        if in_lake in copied or posixpath.commonpath([in_lake, export_in_lake]) == export_in_lake:
+            continue  # copied already, with the export folder or for an earlier entry
+        copied.add(in_lake)
+        target = local_lake.joinpath(*in_lake.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(fs.read_bytes(lake_fs.join(lake_path, in_lake)))
+    return local_export / "manifest.json"
 
 
 class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
@@ -151,10 +218,18 @@ class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
             shutil.rmtree(model_dir)
         model_dir.mkdir(parents=True)
         if remote:
-            self.log.info("copying %s to %s for training", export_uri, work / "export")
-            shutil.rmtree(work / "export", ignore_errors=True)
-            _copy_tree_down(fs, export_path, work / "export")
-            manifest = work / "export" / "manifest.json"
+            local_lake = work / "lake"
+            self.log.info(
+                "copying %s and the files its manifest names to %s for training", export_uri, local_lake
+            )
+            shutil.rmtree(local_lake, ignore_errors=True)
+            _, lake_path = lake_fs.resolve(
+                require_lake_root(self.lake_root), webhdfs_conn_id=self.webhdfs_conn_id
+            )
+            try:
+                manifest = copy_export_down(fs, lake_path, export_path, local_lake)
+            except ValueError as err:
+                raise ExportRefused(str(err)) from err
         else:
             manifest = Path(export_path) / "manifest.json"
         args = trainer_args(
