@@ -114,6 +114,11 @@ def collect(
         "manifest": lake_uri(lake_root, "export_shards", dataset, ds) + "/manifest.json"
         if manifest
         else None,
+        # The day's prepared rows, written once by sample (lakeprep_jobs.day_shards).
+        "day_shards": layout.join(lake_uri(lake_root, "sample", dataset, ds), layout.DAY_SHARDS)
+        if reports.get("sample")
+        else None,
+        "shard_columns": (manifest or {}).get("shard_columns", "encoded"),
         "model": lake_uri(lake_root, layout.MODELS, dataset, ds) + "/model.pt" if metrics else None,
         "report": lake_uri(lake_root, layout.REPORTS, dataset, ds) + "/summary.md",
         "report_html": lake_uri(lake_root, layout.REPORTS, dataset, ds) + "/" + REPORT_HTML,
@@ -365,11 +370,16 @@ def render(day: dict[str, Any]) -> str:
         )
     if day["shards"]:
         parts = [
-            f"{s}: {v['shards']} shard(s), {v['rows']} rows ({v['plan']['rows_per_rank']}/rank x "
+            f"{s}: {v['shards']} entries, {v['rows']} rows ({v['plan']['rows_per_rank']}/rank x "
             f"{v['plan']['world_size']} rank(s), {v['plan']['steps_per_rank']} steps/rank)"
             for s, v in day["shards"].items()
         ]
-        lines.append(f"shards over {day['source_partitions']} day(s): " + "; ".join(parts))
+        kind = (
+            "entries over the sampled days' files"
+            if day.get("shard_columns") == "prepared"
+            else "encoded shards"
+        )
+        lines.append(f"{kind}, {day['source_partitions']} day(s): " + "; ".join(parts))
     t = day["training"]
     if t:
         source = "the training majority" if t.get("baseline_source") == "train" else "the split's majority"
@@ -391,6 +401,8 @@ def render(day: dict[str, Any]) -> str:
                     else ""
                 )
             )
+    if day.get("day_shards"):
+        lines.append(f"day's shards: {day['day_shards']}")
     lines += [f"manifest: {day['manifest']}", f"model: {day['model']}", f"report: {day['report']}", ""]
     return "\n".join(lines)
 

@@ -22,9 +22,9 @@ test's days enter its windows. Cost on 2 idle cores: about 30-40 s per day and p
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
+import posixpath
 import signal
 import sys
 import threading
@@ -39,6 +39,7 @@ from lakeprep_airflow.dag_factory import FUSED_DAILY_TASK
 from lakeprep_airflow.spec import lake_uri
 from lakeprep_contracts import layout
 from tests.conftest import run_command
+from tests.export_files import named_files
 from tests.integration.conftest import BACKFILL_SPEC
 from tests.integration.test_airflow_services import BROKEN_STATES, _log_tails
 
@@ -192,15 +193,12 @@ class DailyTaskKiller(threading.Thread):
 
 
 def _snapshot(lake_root: str, days: list[str]) -> dict[str, dict]:
-    """Per day: the manifest's bytes and the sha256 of every shard file as stored."""
+    """Per day: the manifest's bytes and the sha256 of every file it names as stored."""
     out = {}
     for day in days:
         folder = _export_dir(lake_root, day)
         manifest = (folder / layout.MANIFEST).read_bytes()
-        files = {
-            p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.glob("shards/*/*.parquet"))
-        }
+        files = named_files(folder, json.loads(manifest))
         out[day] = {"manifest": manifest, "files": files}
     return out
 
@@ -279,7 +277,11 @@ def test_a_parallel_backfill_exports_what_sequential_reruns_export(airflow_stack
         assert window["missing"] == [d for d in window["days"] if d < days[0]]
         assert [s["uri"].rsplit("dt=", 1)[-1] for s in manifest["source_partitions"]] == days[: i + 1]
         assert verify_shards(load_manifest(str(_export_dir(lake_root, day) / layout.MANIFEST))) == []
-        listed = {s["path"]: s["sha256"] for split in manifest["splits"].values() for s in split["shards"]}
+        listed = {
+            posixpath.normpath(s["path"]): s["sha256"]
+            for split in manifest["splits"].values()
+            for s in split["shards"]
+        }
         assert listed == first[day]["files"] and len(listed) >= 3
 
         # The sequential pass: the same manifest and the same shard bytes.

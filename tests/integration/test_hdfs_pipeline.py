@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
 import subprocess
 import threading
@@ -79,7 +80,7 @@ def test_whole_dag_on_hdfs_and_spark_standalone(hdfs_day_run):
             sum(s["rows"] for s in entry["shards"]) == entry["rows"] == per_rank * entry["plan"]["world_size"]
         )
         for shard in entry["shards"]:
-            data = fs.read_bytes(f"{export}/{shard['path']}")  # read back from HDFS
+            data = fs.read_bytes(posixpath.normpath(f"{export}/{shard['path']}"))  # read back from HDFS
             assert len(data) == shard["bytes"], (split, shard["path"])
             assert hashlib.sha256(data).hexdigest() == shard["sha256"]
     validate = json.loads(

@@ -168,10 +168,28 @@ def test_every_window_day_has_exactly_one_outcome(copied_export, edit_manifest, 
     assert [p for p in err.value.problems if p.startswith(problem)], err.value.problems
 
 
-def test_refuses_a_shard_path_outside_the_export(copied_export, edit_manifest):
-    edit_manifest(copied_export, lambda m: m["splits"]["train"]["shards"][0].update(path="../../etc/passwd"))
+@pytest.mark.parametrize(
+    "path", ["shards/../../etc/passwd", "/etc/passwd", "file:///etc/passwd", "../a/../../b"]
+)
+def test_refuses_a_shard_path_outside_the_relative_layout(copied_export, edit_manifest, path):
+    """Relative to the manifest's folder; `..` only as leading segments (a prepared export's
+    `../../../sample/...`), never in the middle, no scheme, no absolute path."""
+    edit_manifest(copied_export, lambda m: m["splits"]["train"]["shards"][0].update(path=path))
     with pytest.raises(ManifestError, match=r"splits\.train\.shards\[0\]\.path: expected a path relative"):
         load_manifest(str(copied_export))
+
+
+def test_a_shard_path_may_climb_to_the_sampled_days(copied_export, edit_manifest):
+    """The schema lets leading `..` through: the file's absence is the shard check's to name."""
+    edit_manifest(
+        copied_export,
+        lambda m: m["splits"]["train"]["shards"][0].update(
+            path="../../../sample/toy/dt=2013-01-03/part-x.parquet"
+        ),
+    )
+    manifest = load_manifest(str(copied_export))
+    problems = verify_shards(manifest)
+    assert any("part-x.parquet" in p for p in problems), problems
 
 
 def test_resolves_the_transform_against_the_manifests_folder(export_two_ranks):
