@@ -5,8 +5,11 @@
             >> gpu_training_handoff >> write_report
     train:  gpu_training_handoff      (on each event of the export's Asset, or by hand)
 
-With the spec's `spark.fuse_stages`, the daily stages are one task (`prepare_day`) and the
-window stages another (`fit_and_export`), each one spark-submit (docs/PIPELINE.md#fused-stages):
+`fit_transform` and a `prepared` export (the default) run in the worker, without Spark
+(`WindowStageOperator`); the other stages, and an `encoded` export, are spark-submits
+(`SparkStageOperator`). With the spec's `spark.fuse_stages`, the daily stages are one task
+(`prepare_day`, one spark-submit) and the window stages another (`fit_and_export`, in the
+worker or one spark-submit) (docs/PIPELINE.md#fused-stages):
 
     wait_for_partition >> prepare_day >> wait_for_window >> check_drift >> fit_and_export
         >> gpu_training_handoff >> write_report
@@ -30,6 +33,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,7 @@ from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
 from lakeprep_airflow.operators.report import RunReportOperator
 from lakeprep_airflow.operators.retrain_handoff import RetrainHandoffOperator
 from lakeprep_airflow.operators.spark_stage import SparkStageOperator
+from lakeprep_airflow.operators.window_stage import WindowStageOperator, runs_in_worker
 from lakeprep_airflow.retrain import (
     PARTITION_MACRO,
     RUN_DS_PARAM,
@@ -331,8 +336,15 @@ def build_dag(spec: DatasetSpec) -> DAG:
         )
         drift = DriftCheckOperator(task_id="check_drift", spec_path=spec_path, overrides=overrides)
         # A successful export's event carries the partition date and manifest URI.
+        # Without Spark where the stages need none (fit_transform; a prepared export).
         window = _spark_tasks(
-            WINDOW_STAGES, FUSED_WINDOW_TASK, fused, spec_path, overrides, outlets=[export_asset(spec.name)]
+            WINDOW_STAGES,
+            FUSED_WINDOW_TASK,
+            fused,
+            spec_path,
+            overrides,
+            outlets=[export_asset(spec.name)],
+            in_worker=lambda group: runs_in_worker(spec, group),
         )
         handoff = GpuTrainingHandoffOperator(
             task_id="gpu_training_handoff", spec_path=spec_path, overrides=overrides
@@ -350,11 +362,15 @@ def _spark_tasks(
     spec_path: str,
     overrides: dict[str, str],
     outlets: list | None = None,
-) -> list[SparkStageOperator]:
-    """A task per stage, or one task for all of them when fused; `outlets` on the last one."""
+    in_worker: Callable[[tuple[str, ...]], bool] | None = None,
+) -> list[SparkStageOperator | WindowStageOperator]:
+    """A task per stage, or one task for all of them when fused; `outlets` on the last one.
+
+    A group `in_worker` says needs no Spark runs as a `WindowStageOperator`.
+    """
     groups = [(fused_task_id, stages)] if fused else [(stage, (stage,)) for stage in stages]
     return [
-        SparkStageOperator(
+        (WindowStageOperator if in_worker and in_worker(group) else SparkStageOperator)(
             task_id=task_id,
             **({"stages": group} if fused else {"stage": group[0]}),
             spec_path=spec_path,
@@ -432,7 +448,7 @@ def _doc(spec: DatasetSpec) -> str:
     chain_line = " >> ".join(pipeline_tasks(fused))
     fused_line = (
         f"\n`{FUSED_DAILY_TASK}` runs {', '.join(DAILY_STAGES)} and `{FUSED_WINDOW_TASK}` runs "
-        f"{', '.join(WINDOW_STAGES)}, each in one spark-submit (`spark.fuse_stages`).\n"
+        f"{', '.join(WINDOW_STAGES)}, each in one task (`spark.fuse_stages`).\n"
         if fused
         else ""
     )

@@ -51,6 +51,23 @@ def export_event_extra(*, dataset: str, ds: str, partition_uri: str, config_hash
     }
 
 
+def describe_export_events(
+    context: Any, outlets: Sequence[Any], *, dataset: str, ds: str, partition_uri: str, config_hash: str
+) -> None:
+    """Give each outlet Asset's event the partition it stands for (its `extra`).
+
+    Airflow emits the events only when the task succeeds, so they always name a
+    committed partition. Asset-triggered consumers have no logical date: the date
+    and the manifest's URI come from here.
+    """
+    assets = [outlet for outlet in outlets if isinstance(outlet, Asset)]
+    if not assets:
+        return
+    extra = export_event_extra(dataset=dataset, ds=ds, partition_uri=partition_uri, config_hash=config_hash)
+    for asset in assets:
+        context["outlet_events"][asset].extra = extra
+
+
 def _checked_ds(value: Any, where: str) -> str:
     if not isinstance(value, str) or not _DS.match(value.strip()):
         raise ValueError(f"partition date {value!r} from {where} must be a date YYYY-MM-DD")

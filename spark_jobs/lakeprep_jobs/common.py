@@ -27,11 +27,12 @@ import dataclasses
 import json
 import logging
 import re
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakeprep_contracts import layout
+from lakeprep_jobs import lake
+from lakeprep_jobs.lake import SparkLake
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -236,34 +237,20 @@ def _sync_executor_log_level(spark: SparkSession) -> None:
 
 
 def _jvm_path(spark: SparkSession, uri: str) -> tuple[Any, Any]:
-    jvm = spark.sparkContext._jvm  # py4j gateway: Hadoop's FileSystem API, any scheme
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    path = jvm.org.apache.hadoop.fs.Path(uri)
-    return path.getFileSystem(conf), path
+    """(Hadoop FileSystem, Path) of `uri`: any scheme the driver's Hadoop configuration reads."""
+    return SparkLake(spark)._path(uri)
 
 
 def exists(spark: SparkSession, uri: str) -> bool:
-    fs, path = _jvm_path(spark, uri)
-    return bool(fs.exists(path))
+    return SparkLake(spark).exists(uri)
 
 
 def read_text(spark: SparkSession, uri: str) -> str:
-    fs, path = _jvm_path(spark, uri)
-    stream = fs.open(path)
-    try:
-        jvm = spark.sparkContext._jvm
-        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-    finally:
-        stream.close()
+    return lake.read_text(SparkLake(spark), uri)
 
 
 def write_text(spark: SparkSession, uri: str, text: str) -> None:
-    fs, path = _jvm_path(spark, uri)
-    out = fs.create(path, True)
-    try:
-        out.write(bytearray(text.encode("utf-8")))
-    finally:
-        out.close()
+    lake.write_text(SparkLake(spark), uri, text)
 
 
 def list_files(spark: SparkSession, uri: str) -> list[tuple[str, int]]:
@@ -320,17 +307,11 @@ def check_written(
 
 
 def rename(spark: SparkSession, src: str, dst: str) -> None:
-    fs, src_path = _jvm_path(spark, src)
-    _, dst_path = _jvm_path(spark, dst)
-    # HDFS refuses (returns false) to rename into a missing folder; the local FS creates it.
-    fs.mkdirs(dst_path.getParent())
-    if not fs.rename(src_path, dst_path):
-        raise OSError(f"could not rename {src} to {dst}")
+    SparkLake(spark).rename(src, dst)
 
 
 def delete(spark: SparkSession, uri: str) -> None:
-    fs, path = _jvm_path(spark, uri)
-    fs.delete(path, True)
+    SparkLake(spark).delete(uri)
 
 
 def read_complete(spark: SparkSession, inputs: list[str]) -> DataFrame:
@@ -398,55 +379,18 @@ def read_report(spark: SparkSession, partition: str) -> dict[str, Any]:
     return json.loads(read_text(spark, f"{partition.rstrip('/')}/{REPORT_NAME}"))
 
 
-class PartitionCommit:
-    """Stage a partition in a hidden sibling folder, then swap it in.
+class PartitionCommit(lake.PartitionCommit):
+    """`lakeprep_jobs.lake.PartitionCommit` through the driver's Hadoop FileSystem.
 
     with PartitionCommit(spark, output) as staging:
         df.write.parquet(staging)          # plus anything else under staging
         write_report(...)
     # now `output` is the new partition; on error the staging folder is removed
-
     """
 
     def __init__(self, spark: SparkSession, output: str) -> None:
+        super().__init__(SparkLake(spark), output)
         self.spark = spark
-        self.output = output.rstrip("/")
-        parent, _, leaf = self.output.rpartition("/")
-        # Under `_staging/` of the parent: readers of the parent skip `_` folders (Spark's
-        # partition discovery does), while the staged folder's own name stays readable
-        # (Spark ignores an explicit path whose last name starts with `_` or `.`).
-        self.staging = f"{parent}/{layout.STAGING_DIR}/{leaf}-{uuid.uuid4().hex[:12]}"
-
-    def __enter__(self) -> str:
-        self.remove_leftovers()
-        return self.staging
-
-    def remove_leftovers(self) -> list[str]:
-        """Delete what earlier, killed attempts staged for this partition.
-
-        A task killed mid-write (SIGKILL, a lost node) never reaches `__exit__`, so its
-        `_staging/<leaf>-<random>` folder stays; the retry removes it before it writes.
-        One writer per partition is assumed, as for the overwrite itself: a second stage
-        writing the same partition at the same time would lose its staging folder.
-        """
-        parent, _, leaf = self.output.rpartition("/")
-        fs, pattern = _jvm_path(self.spark, f"{parent}/{layout.STAGING_DIR}/{leaf}-*")
-        removed = [str(status.getPath()) for status in (fs.globStatus(pattern) or [])]
-        for uri in removed:
-            log.warning("removing %s, staged by an earlier attempt that did not finish", uri)
-            delete(self.spark, uri)
-        return removed
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is not None:
-            delete(self.spark, self.staging)
-            return
-        if exists(self.spark, self.output):
-            # Not a single atomic step (HDFS rename does not overwrite a directory), but a
-            # reader sees either the old partition, no partition, or the new one, never a
-            # mix; `_SUCCESS` inside the staged folder marks it complete.
-            delete(self.spark, self.output)
-        rename(self.spark, self.staging, self.output)
 
 
 def write_report(spark: SparkSession, staging: str, report: dict[str, Any]) -> None:

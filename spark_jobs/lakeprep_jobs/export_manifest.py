@@ -11,11 +11,13 @@ copy of the run's `transform.json`, which the trainer's loader applies as it rea
 not their rows, but for one read of the id column:
 
 - **Ids on several days** (a record delivered again or corrected): read once, from the
-  latest day (docs/MANIFEST.md). The window's ids are read (the id column only, with
-  each row's file and position: `_metadata.row_index`) and the repeated ones found
-  through their 64-bit hashes first, as in the materialised export. A file holding
-  superseded rows is written again without them, in its order, under the export's
-  `superseded/dt=<day>/` (one small Spark job per such file); most windows have none.
+  latest day (docs/MANIFEST.md). The window's id column is read (the only column of the
+  days' files the export reads) and the repeated ids found by one Arrow hash aggregate.
+  A file holding superseded rows is written again without them, in its order, under the
+  export's `superseded/dt=<day>/`; most windows have none.
+
+No Spark job runs: the stage runs in the Airflow worker (`run_on` a
+`lakeprep_jobs.lake.Lake`, `lakeprep_airflow.operators.window_stage`) or in a driver.
 
 Entry paths are relative to the manifest's folder (`../../../sample/<dataset>/dt=<day>/...`),
 so a lake moved or copied whole (the training handoff's copy of a remote lake) still
@@ -32,13 +34,27 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from lakeprep_contracts import layout
-from lakeprep_jobs import balance, common, day_shards, parquet_footer
+from lakeprep_jobs import balance
 from lakeprep_jobs import export_shards as ex
+from lakeprep_jobs.lake import (
+    Lake,
+    PartitionCommit,
+    SparkLake,
+    read_json,
+    write_report,
+    write_success,
+    write_text,
+)
 from lakeprep_jobs.window_manifest import DayFile, split_entries
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 SHARD_COLUMNS = "prepared"
 SUPERSEDED_DIR = "superseded"
@@ -56,17 +72,17 @@ def relative_path(folder: str, target: str) -> str:
     return posixpath.relpath(b.path.rstrip("/"), a.path.rstrip("/"))
 
 
-def read_day_shards(spark: SparkSession, inputs: Sequence[str]) -> list[dict[str, Any]]:
+def read_day_shards(lake: Lake, inputs: Sequence[str]) -> list[dict[str, Any]]:
     """Each complete input's `_shards.json`, oldest first."""
     docs, absent = [], []
     for uri in inputs:
-        if not common.exists(spark, layout.join(uri, layout.SUCCESS)):
+        if not lake.exists(layout.join(uri, layout.SUCCESS)):
             raise FileNotFoundError(f"export needs complete sampled partitions (with _SUCCESS): {uri}")
         where = layout.join(uri, layout.DAY_SHARDS)
-        if not common.exists(spark, where):
+        if not lake.exists(where):
             absent.append(uri)
             continue
-        docs.append(json.loads(common.read_text(spark, where)))
+        docs.append(read_json(lake, where))
     if absent:
         raise FileNotFoundError(
             f"sampled days without {layout.DAY_SHARDS} (sampled before lakeprep wrote per-day shards): "
@@ -80,121 +96,83 @@ def _files(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for per_class in doc["splits"].values() for listed in per_class.values() for f in listed]
 
 
-def window_ids(
-    spark: SparkSession, inputs: Sequence[str], docs: Sequence[dict[str, Any]]
-) -> DataFrame | None:
-    """The window's ids with their day (`_source`), file name and row position; None if no rows."""
-    from functools import reduce
-
-    from pyspark.sql import functions as F
-
-    frames = []
+def window_ids(lake: Lake, inputs: Sequence[str], docs: Sequence[dict[str, Any]]) -> pa.Table:
+    """The window's ids, each with its day (`_source`), file name and row position in the file."""
+    parts = []
     for i, (uri, doc) in enumerate(zip(inputs, docs, strict=True)):
-        paths = [layout.join(uri, f["path"]) for f in _files(doc)]
-        if paths:
-            frames.append(
-                spark.read.parquet(*paths).select(
-                    F.col(layout.ID).cast("string").alias(layout.ID),
-                    F.lit(i).alias(_SOURCE),
-                    F.col("_metadata.file_name").alias(_FILE),
-                    F.col("_metadata.row_index").alias(_ROW),
+        for f in _files(doc):
+            where = layout.join(uri, f["path"])
+            ids = lake.read_parquet(where, [layout.ID]).column(layout.ID).cast(pa.string())
+            n = len(ids)
+            parts.append(
+                pa.table(
+                    {
+                        layout.ID: ids,
+                        _SOURCE: pa.array(np.full(n, i, dtype=np.int32)),
+                        _FILE: pa.array([f["path"]] * n, pa.string()),
+                        _ROW: pa.array(np.arange(n, dtype=np.int64)),
+                    }
                 )
             )
-    return reduce(lambda a, b: a.unionByName(b), frames) if frames else None
+    schema = pa.schema(
+        [(layout.ID, pa.string()), (_SOURCE, pa.int32()), (_FILE, pa.string()), (_ROW, pa.int64())]
+    )
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
-def superseded_rows(ids: DataFrame) -> DataFrame:
-    """Pure: (`_source`, `_file`, `_row`) of the rows whose id a later day holds too.
+def superseded_rows(ids: pa.Table) -> dict[tuple[int, str], np.ndarray]:
+    """(day, file) -> the sorted positions of its rows whose id a later day holds too.
 
-    Repeated ids are found through their 64-bit hashes first (one aggregate of 8-byte
-    keys; adaptive execution runs nothing more when none repeats), then exactly, by id,
-    among the rows of the repeated hashes only.
+    An id on several days is read once, from the latest: its other days' rows are
+    superseded. One hash aggregate over the ids (Arrow's, exact: by value, not by hash).
     """
-    from pyspark.sql import functions as F
-
-    key = F.xxhash64(F.col(layout.ID)).alias("_id_hash")
-    repeated = (
-        ids.groupBy(key)
-        .agg(F.countDistinct(_SOURCE).alias("_days"))
-        .filter(F.col("_days") > 1)
-        .select("_id_hash")
-    )
-    candidates = ids.select("*", key).join(repeated, "_id_hash", "left_semi")
-    latest = candidates.groupBy(layout.ID).agg(F.max(_SOURCE).alias("_latest"))
-    return (
-        candidates.join(latest, layout.ID)
-        .filter(F.col(_SOURCE) < F.col("_latest"))
-        .select(_SOURCE, _FILE, _ROW)
-        .distinct()
-    )
+    latest = ids.group_by(layout.ID).aggregate([(_SOURCE, "count_distinct"), (_SOURCE, "max")])
+    repeated = latest.filter(pc.greater(latest[f"{_SOURCE}_count_distinct"], 1))
+    if not repeated.num_rows:
+        return {}
+    rows = ids.join(repeated.select([layout.ID, f"{_SOURCE}_max"]), layout.ID, join_type="inner")
+    rows = rows.filter(pc.less(rows[_SOURCE], rows[f"{_SOURCE}_max"]))
+    out: dict[tuple[int, str], list[int]] = {}
+    for source, name, row in zip(*(rows[c].to_pylist() for c in (_SOURCE, _FILE, _ROW)), strict=True):
+        out.setdefault((source, name), []).append(row)
+    return {key: np.unique(np.asarray(v, dtype=np.int64)) for key, v in sorted(out.items())}
 
 
 def write_without(
-    spark: SparkSession, source: str, rows: DataFrame, folder: str, group_rows: int
+    lake: Lake, source: str, rows: np.ndarray, target: str, group_rows: int
 ) -> tuple[int, int, str] | None:
-    """The Parquet file `source` without the rows at positions `rows` (`_row`), in its order,
-    as one file in `folder` with a canonical footer; (rows, bytes, sha256), None if none is left."""
-    from pyspark.sql import functions as F
-
-    name = source.rsplit("/", 1)[-1]
-    tmp = f"{folder}/_tmp_{name}"
-    kept = (
-        spark.read.parquet(source)
-        .select("*", F.col("_metadata.row_index").alias(_ROW))
-        .join(F.broadcast(rows), _ROW, "left_anti")
-    )
-    (
-        kept.coalesce(1)
-        .sortWithinPartitions(_ROW)
-        .drop(_ROW)
-        .write.mode("overwrite")
-        .option("compression", "zstd")
-        .option("parquet.block.row.count.limit", group_rows)
-        .parquet(tmp)
-    )
-    written = [f for f, _ in common.list_files(spark, tmp) if f.endswith(".parquet")]
-    if len(written) != 1:
-        raise RuntimeError(f"{source} without its superseded rows: expected one file, found {len(written)}")
-    n = common.parquet_rows(spark, tmp)
-    if n:
-        parquet_footer.commit_shard(spark, written[0], f"{folder}/{name}")
-    common.delete(spark, tmp)
-    if not n:
+    """The Parquet file `source` without the rows at positions `rows`, in its order, written
+    to `target` (zstd, row groups of `group_rows`); (rows, bytes, sha256), None if none is left."""
+    table = lake.read_parquet(source, None)
+    keep = np.ones(table.num_rows, dtype=bool)
+    keep[rows] = False
+    kept = table.filter(pa.array(keep))
+    if not kept.num_rows:
         return None
-    size, sha = day_shards.file_digests(spark, folder)[name]
-    return n, size, sha
+    out = pa.BufferOutputStream()
+    pq.write_table(kept, out, compression="zstd", row_group_size=group_rows)
+    data = out.getvalue().to_pybytes()
+    lake.write_bytes(target, data)
+    return kept.num_rows, len(data), hashlib.sha256(data).hexdigest()
 
 
 def remove_superseded(
-    spark: SparkSession,
-    inputs: Sequence[str],
-    docs: Sequence[dict[str, Any]],
-    staging: str,
+    lake: Lake, inputs: Sequence[str], docs: Sequence[dict[str, Any]], staging: str
 ) -> tuple[dict[tuple[int, str], DayFile | None], int]:
     """Write the window's files that hold superseded rows again without them (under
     `superseded/dt=<day>/` of the export); (input position, file name) -> the new file
     (None when nothing is left), and the rows superseded."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    ids = window_ids(spark, inputs, docs) if len(inputs) > 1 else None
-    if ids is None:
+    if len(inputs) < 2:
         return {}, 0
-    found = superseded_rows(ids).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        affected = found.groupBy(_SOURCE, _FILE).count().orderBy(_SOURCE, _FILE).collect()
-        out: dict[tuple[int, str], DayFile | None] = {}
-        for r in affected:
-            i, name = int(r[_SOURCE]), str(r[_FILE])
-            day = inputs[i].rstrip("/").rsplit("/", 1)[-1]
-            rel = f"{SUPERSEDED_DIR}/{day}"
-            group = int(docs[i].get("row_group_rows") or docs[i]["rows_per_file"])
-            rows = found.filter((F.col(_SOURCE) == i) & (F.col(_FILE) == name)).select(_ROW)
-            written = write_without(spark, layout.join(inputs[i], name), rows, f"{staging}/{rel}", group)
-            out[(i, name)] = None if written is None else DayFile(f"{rel}/{name}", *written, group)
-        return out, sum(int(r["count"]) for r in affected)
-    finally:
-        found.unpersist()
+    found = superseded_rows(window_ids(lake, inputs, docs))
+    out: dict[tuple[int, str], DayFile | None] = {}
+    for (i, name), rows in found.items():
+        day = inputs[i].rstrip("/").rsplit("/", 1)[-1]
+        rel = f"{SUPERSEDED_DIR}/{day}/{name}"
+        group = int(docs[i].get("row_group_rows") or docs[i]["rows_per_file"])
+        written = write_without(lake, layout.join(inputs[i], name), rows, layout.join(staging, rel), group)
+        out[(i, name)] = None if written is None else DayFile(rel, *written, group)
+    return out, sum(len(rows) for rows in found.values())
 
 
 def class_files(
@@ -237,13 +215,19 @@ def fingerprint(doc: dict[str, Any]) -> str:
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: ex.ExportParams) -> dict[str, Any]:
+    return run_on(SparkLake(spark), inputs, output, p)
+
+
+def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> dict[str, Any]:
+    """The export over any `Lake`: in the Airflow worker, or in a Spark driver (`run`)."""
     from lakeprep_contracts import documents
 
-    transform, transform_text = ex.load_transform(spark, p.transform_uri)
-    docs = read_day_shards(spark, inputs)
+    transform, transform_text = ex.load_transform(lake, p.transform_uri)
+    docs = read_day_shards(lake, inputs)
+    reports = [read_json(lake, layout.join(uri, layout.REPORT)) for uri in inputs]
     classes = [str(c) for c in p.label_classes]
-    with common.PartitionCommit(spark, output) as staging:
-        replaced, superseded = remove_superseded(spark, inputs, docs, staging)
+    with PartitionCommit(lake, output) as staging:
+        replaced, superseded = remove_superseded(lake, inputs, docs, staging)
         files = class_files(output, inputs, docs, replaced, classes)
         natural = {
             s: {c: sum(f.rows for day in files[s][c] for f in day) for c in classes} for s in ex.SPLITS
@@ -285,7 +269,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ex.ExportParams)
         splits["train"]["class_counts_natural"] = natural["train"]
         sampling = ex.sampling_report(
             p,
-            before=ex.read_counts_before_sampling(spark, inputs, p.label_classes),
+            before=ex.counts_before_sampling(reports, p.label_classes),
             days=len(inputs),
             natural=natural,
             real=targets,
@@ -293,8 +277,8 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ex.ExportParams)
             weights=weights,
         )
         sources = [
-            {"uri": uri, "rows": common.read_report(spark, uri)["rows_out"], "fingerprint": fingerprint(doc)}
-            for uri, doc in zip(inputs, docs, strict=True)
+            {"uri": uri, "rows": report["rows_out"], "fingerprint": fingerprint(doc)}
+            for uri, doc, report in zip(inputs, docs, reports, strict=True)
         ]
         manifest = {
             "format_version": ex.FORMAT_VERSION,
@@ -348,14 +332,14 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ex.ExportParams)
             raise RuntimeError(f"export {output}: rows do not add up: {report}")
         ex.check_manifest(manifest, layout.join(output, layout.MANIFEST))
         documents.require("sampling", sampling, layout.join(output, layout.SAMPLING))
-        common.write_text(spark, layout.join(staging, layout.TRANSFORM), transform_text)
-        common.write_text(
-            spark, layout.join(staging, layout.SAMPLING), json.dumps(sampling, indent=2, sort_keys=True)
+        write_text(lake, layout.join(staging, layout.TRANSFORM), transform_text)
+        write_text(
+            lake, layout.join(staging, layout.SAMPLING), json.dumps(sampling, indent=2, sort_keys=True)
         )
-        common.write_report(spark, staging, report)
-        common.write_success(spark, staging)
+        write_report(lake, staging, report)
+        write_success(lake, staging)
         # Last: the manifest is the signal that the export is complete.
-        common.write_text(
-            spark, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
+        write_text(
+            lake, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
         )
     return report

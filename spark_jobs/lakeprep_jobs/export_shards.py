@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
 from lakeprep_jobs import balance, common, parquet_footer
+from lakeprep_jobs.lake import Lake, SparkLake, read_text
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -501,11 +502,11 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
     return tagged_partitions(spark, inputs)
 
 
-def load_transform(spark: SparkSession, uri: str) -> tuple[dict[str, Any], str]:
+def load_transform(lake: Lake, uri: str) -> tuple[dict[str, Any], str]:
     """The fitted transform and its text, checked against the JSON Schema."""
     from lakeprep_contracts import documents
 
-    text = common.read_text(spark, uri)
+    text = read_text(lake, uri)
     doc = json.loads(text)
     documents.require("transform", doc, uri)
     return doc, text
@@ -627,17 +628,17 @@ def check_honest_evaluation(counts: WindowCounts, where: str) -> None:
         )
 
 
-def read_counts_before_sampling(
-    spark: SparkSession, inputs: list[str], classes: list[int]
+def counts_before_sampling(
+    reports: Sequence[Mapping[str, Any]], classes: list[int]
 ) -> tuple[dict[str, int] | None, int]:
-    """The sample reports' `class_counts_before`, summed over the window's days.
+    """The sample reports' `class_counts_before` (one report per day of the window), summed.
 
     Returns the sums and how many days' reports held them (None when none did).
     """
     totals = {str(c): 0 for c in classes}
     reported = 0
-    for uri in inputs:
-        before = common.read_report(spark, uri).get("class_counts_before")
+    for report in reports:
+        before = report.get("class_counts_before")
         if before is None:
             continue
         reported += 1
@@ -710,7 +711,7 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
     from lakeprep_contracts import documents
     from lakeprep_jobs.transform import apply_transform
 
-    transform, transform_text = load_transform(spark, p.transform_uri)
+    transform, transform_text = load_transform(SparkLake(spark), p.transform_uri)
     rows, schemas = read_window(spark, inputs)
     # Counted per split and class, checked for non-finite values and summed for the
     # sources' fingerprints (one aggregate), then balanced, numbered and written. Not
@@ -789,7 +790,7 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
         splits["train"]["class_counts_natural"] = natural["train"]
         sampling = sampling_report(
             p,
-            before=read_counts_before_sampling(spark, inputs, p.label_classes),
+            before=counts_before_sampling([common.read_report(spark, u) for u in inputs], p.label_classes),
             days=len(inputs),
             natural=natural,
             real=real,

@@ -8,7 +8,9 @@ Everything learned from data is learned here, once per run, from the **train** s
 the window's sampled days, and written as `transform.json` (docs/TRANSFORM.md).
 `export_shards` then applies it unchanged to every split (`lakeprep_contracts.encode`).
 
-No row is read: each sampled day recorded its mergeable statistics once, when it was
+No row is read and no Spark job runs, so the stage runs in the Airflow worker
+(`lakeprep_airflow.operators.window_stage`, `run_on` a `lakeprep_jobs.lake.Lake`) as well
+as in a submission. Each sampled day recorded its mergeable statistics once, when it was
 sampled (`_fit_statistics.json`, `lakeprep_jobs.fit_statistics`), and the fit is their
 merge (`lakeprep_contracts.day_statistics`) followed by plain Python
 (`lakeprep_contracts.window_fit`, `lakeprep_contracts.selection`): its cost grows with
@@ -33,6 +35,15 @@ from lakeprep_contracts.window_fit import (  # noqa: F401 - the stage's params a
 )
 from lakeprep_jobs import common
 from lakeprep_jobs.fit_statistics import split_statistics
+from lakeprep_jobs.lake import (
+    Lake,
+    PartitionCommit,
+    SparkLake,
+    read_json,
+    write_report,
+    write_success,
+    write_text,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -58,20 +69,20 @@ def fit(
     return window_fit.fit(stats, p)
 
 
-def read_statistics(spark: SparkSession, inputs: list[str]) -> list[tuple[str, dict[str, Any]]]:
+def read_statistics(lake: Lake, inputs: list[str]) -> list[tuple[str, dict[str, Any]]]:
     """(partition, its `_fit_statistics.json`) of each committed input, oldest first."""
     out, absent = [], []
     for uri in inputs:
-        if not common.exists(spark, layout.join(uri, layout.SUCCESS)):
+        if not lake.exists(layout.join(uri, layout.SUCCESS)):
             raise FileNotFoundError(
                 f"input partition {uri} is not complete (no {layout.SUCCESS}): the stage that writes it "
                 "failed or has not finished"
             )
         where = layout.join(uri, layout.FIT_STATISTICS)
-        if not common.exists(spark, where):
+        if not lake.exists(where):
             absent.append(uri)
             continue
-        out.append((uri, json.loads(common.read_text(spark, where))))
+        out.append((uri, read_json(lake, where)))
     if absent:
         raise day_statistics.StatisticsError(
             f"sampled days without {layout.FIT_STATISTICS} (sampled before lakeprep recorded per-day "
@@ -89,7 +100,12 @@ def check_document(doc: dict[str, Any], where: str) -> None:
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> dict[str, Any]:
-    docs = read_statistics(spark, inputs)
+    return run_on(SparkLake(spark), inputs, output, p)
+
+
+def run_on(lake: Lake, inputs: list[str], output: str, p: FitParams) -> dict[str, Any]:
+    """The stage over any `Lake`: in a Spark driver (`run`) or an Airflow worker."""
+    docs = read_statistics(lake, inputs)
     stats = day_statistics.merge(docs, "train", window_fit.profile(p))
     counts = {
         split: sum(int(n) for _, doc in docs for n in doc["splits"][split]["rows"].values())
@@ -128,10 +144,10 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: FitParams) -> di
         else {"k": doc["pca"]["k"], "explained_variance": sum(doc["pca"]["explained_variance"])},
         "warnings": notes["warnings"],
     }
-    with common.PartitionCommit(spark, output) as staging:
-        common.write_text(spark, layout.join(staging, layout.TRANSFORM), text)
-        common.write_report(spark, staging, report)
-        common.write_success(spark, staging)
+    with PartitionCommit(lake, output) as staging:
+        write_text(lake, layout.join(staging, layout.TRANSFORM), text)
+        write_report(lake, staging, report)
+        write_success(lake, staging)
     return report
 
 

@@ -22,7 +22,9 @@ CHAIN = [
     "gpu_training_handoff",
     "write_report",
 ]
-SPARK_STAGES = ["validate", "preprocess", "sample", "fit_transform", "export_shards"]
+SPARK_STAGES = ["validate", "preprocess", "sample"]
+# No Spark job: in the worker (`WindowStageOperator`), for the default, prepared export.
+WORKER_STAGES = ["fit_transform", "export_shards"]
 
 
 @pytest.fixture(scope="module")
@@ -125,12 +127,44 @@ def test_house_rules(dagbag):
 def test_stage_tasks_are_spark_submits_with_the_form_overrides(dagbag):
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+    from lakeprep_airflow.operators.window_stage import WindowStageOperator
+
     dag = dagbag.dags["lakeprep_flights"]
     for task_id in SPARK_STAGES:
         task = dag.get_task(task_id)
         assert isinstance(task, SparkSubmitOperator)
         assert task.stage == task_id
         assert task.overrides["stages.sample.seed"] == "{{ params.seed }}"
+    for task_id in WORKER_STAGES:
+        task = dag.get_task(task_id)
+        assert isinstance(task, WindowStageOperator) and not isinstance(task, SparkSubmitOperator)
+        assert task.stages == (task_id,) and task.overrides["stages.sample.seed"] == "{{ params.seed }}"
+
+
+@pytest.mark.parametrize(
+    ("edit", "spark"),
+    [
+        ({}, False),
+        ({"stages": {"export_shards": {"shards": "encoded"}}}, True),
+        ({"stages": {"balance": {"augment": "jitter"}}}, True),
+    ],
+)
+def test_the_export_runs_in_spark_only_when_it_writes_encoded_shards(tmp_path, edit, spark):
+    """fit_transform never needs Spark; the export does when it materialises features."""
+    import yaml
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from lakeprep_airflow.dag_factory import build_dag
+    from lakeprep_airflow.spec import load_spec
+
+    data = yaml.safe_load((REPO / "pipelines" / "flights.yaml").read_text())
+    for section, values in edit.get("stages", {}).items():
+        data["stages"].setdefault(section, {}).update(values)
+    path = tmp_path / "flights.yaml"
+    path.write_text(yaml.safe_dump(data))
+    dag = build_dag(load_spec(path))
+    assert not isinstance(dag.get_task("fit_transform"), SparkSubmitOperator)
+    assert isinstance(dag.get_task("export_shards"), SparkSubmitOperator) is spark
 
 
 def test_trigger_form_validates_values(dagbag):
@@ -332,7 +366,7 @@ def test_separate_stages_wait_on_the_sample_task():
 
     dag = build_dag(load_spec(REPO / "pipelines" / "flights.yaml"))
     assert dag.get_task("wait_for_window").sample_task_id == "sample"
-    assert all(not dag.get_task(s).fused for s in SPARK_STAGES)
+    assert all(not dag.get_task(s).fused for s in SPARK_STAGES + WORKER_STAGES)
 
 
 def _parse_in_a_fresh_process(code: str, env: dict[str, str]) -> str:

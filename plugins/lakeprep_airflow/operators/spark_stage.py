@@ -446,22 +446,15 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
         return reports if self.fused else reports[self.stages[0]]
 
     def _describe_outlet_events(self, context: Context, output: str) -> None:
-        """Give each outlet Asset's event the partition it stands for (its `extra`).
+        """The export's Asset events name the committed partition (`retrain.describe_export_events`)."""
+        from lakeprep_airflow.retrain import describe_export_events
 
-        Airflow emits the events only when the task succeeds, so they always name a
-        committed partition. Asset-triggered consumers have no logical date: the date
-        and the manifest's URI come from here (`lakeprep_airflow.retrain`).
-        """
-        from airflow.sdk import Asset
-
-        from lakeprep_airflow.retrain import export_event_extra
-
-        assets = [outlet for outlet in self.outlets if isinstance(outlet, Asset)]
-        if not assets:
-            return
         spec = self.run_spec()
-        extra = export_event_extra(
-            dataset=spec.name, ds=self.run_ds, partition_uri=output, config_hash=spec_mod.config_hash(spec)
+        describe_export_events(
+            context,
+            self.outlets,
+            dataset=spec.name,
+            ds=self.run_ds,
+            partition_uri=output,
+            config_hash=spec_mod.config_hash(spec),
         )
-        for asset in assets:
-            context["outlet_events"][asset].extra = extra
