@@ -545,7 +545,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             False,
             {"type": "boolean"},
             "run the daily stages in one spark-submit (task `prepare_day`) and the window stages in "
-            "another (`fit_and_export`): fewer JVM start-ups for small partitions, the same outputs; "
+            "one task (`fit_and_export`): fewer JVM start-ups for small partitions, the same outputs; "
             "a retry reruns every stage of the task (docs/PIPELINE.md#fused-stages)",
             shapes_data=False,
         ),
