@@ -208,6 +208,28 @@ def class_files(
     return out
 
 
+def read_time_synthetic(p: ex.ExportParams, transform: dict[str, Any]) -> int:
+    """Synthetic copies per balanced train row the loader makes (`jitter`, `text`), else 0;
+    refuses an augmentation without the features it changes, as the encoded export does."""
+    if p.balance.augment == "none":
+        return 0
+    role = {"jitter": "numeric", "text": "text"}[p.balance.augment]
+    if not transform[role]:
+        raise ValueError(
+            f"balance augment {p.balance.augment!r} needs {role} features; the transform has none"
+        )
+    return p.balance.synthetic_per_row
+
+
+def augmentation(p: ex.ExportParams) -> dict[str, float]:
+    """What the loader needs to augment a synthetic row (the manifest's `balance`)."""
+    if p.balance.augment == "jitter":
+        return {"jitter_sigma": p.balance.jitter_sigma}
+    if p.balance.augment == "text":
+        return {"token_dropout": p.balance.token_dropout}
+    return {}
+
+
 def fingerprint(doc: dict[str, Any]) -> str:
     """A sampled day's content digest: its files' rows and sha256 (`_shards.json`); the
     files are named and written by content, so the same rows give the same digest."""
@@ -234,12 +256,15 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
         }
         rows_in = sum(sum(f["rows"] for f in _files(doc)) for doc in docs)
         targets = {**natural, "train": balance.class_targets(natural["train"], p.balance)}
-        weights = balance.class_weights(targets["train"], p.balance)
+        per_row = read_time_synthetic(p, transform)
+        final = {**targets, "train": {c: n * (1 + per_row) for c, n in targets["train"].items()}}
+        synthetic = sum(final["train"].values()) - sum(targets["train"].values())
+        weights = balance.class_weights(final["train"], p.balance)
         features = ex.feature_schema(transform)
         width = ex.row_bytes(features)
         splits: dict[str, Any] = {}
         for split in ex.SPLITS:
-            available = sum(targets[split].values())
+            available = sum(final[split].values())
             plan = ex.plan_split(available, float(width * available), p)
             if split in ("train", "validation") and plan.rows_per_rank == 0:
                 raise ValueError(
@@ -248,12 +273,16 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
                     f"(widen window.days or the sample fractions)"
                 )
             shards = split_entries(
-                files[split], targets[split], world_size=p.world_size, rows_per_rank=plan.rows_per_rank
+                files[split],
+                targets[split],
+                world_size=p.world_size,
+                rows_per_rank=plan.rows_per_rank,
+                synthetic_per_row=per_row if split == "train" else 0,
             )
             splits[split] = {
                 "rows": plan.rows,
                 "rows_available": available,
-                "class_counts": targets[split],
+                "class_counts": final[split],
                 "plan": {
                     "world_size": p.world_size,
                     "batch_size": p.batch_size,
@@ -273,7 +302,7 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
             days=len(inputs),
             natural=natural,
             real=targets,
-            final=targets,
+            final=final,
             weights=weights,
         )
         sources = [
@@ -302,8 +331,9 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
                 "strategy": p.balance.strategy,
                 "target_ratio": p.balance.target_ratio,
                 "augment": p.balance.augment,
-                "synthetic_rows": 0,
+                "synthetic_rows": synthetic,
                 "report": layout.SAMPLING,
+                **augmentation(p),
             },
         }
         rows_out = sum(s["rows"] for s in splits.values())
@@ -320,7 +350,7 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
             # rows_in - superseded - undersampled + oversampled = rows available.
             "rows_undersampled": sum(max(0, n) for n in removed.values()),
             "rows_oversampled": sum(max(0, -n) for n in removed.values()),
-            "rows_synthetic": 0,
+            "rows_synthetic": synthetic,
             "rows_dropped_for_balance": max(0, rows_available - rows_out),
             "rows_padded_for_balance": max(0, rows_out - rows_available),
             "shards": {s: len(v["shards"]) for s, v in splits.items()},
@@ -328,7 +358,8 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
             "window": manifest["window"],
             "transform": p.transform_uri,
         }
-        if rows_in - superseded - report["rows_undersampled"] + report["rows_oversampled"] != rows_available:
+        balanced = rows_in - superseded - report["rows_undersampled"] + report["rows_oversampled"]
+        if balanced + synthetic != rows_available:
             raise RuntimeError(f"export {output}: rows do not add up: {report}")
         ex.check_manifest(manifest, layout.join(output, layout.MANIFEST))
         documents.require("sampling", sampling, layout.join(output, layout.SAMPLING))

@@ -12,6 +12,9 @@ export is then a choice of rows of those files, written down as manifest entries
   ranks first, as `balance.rebalance` keeps. A class raised to `target` rows repeats all
   its rows `target // n` times and takes a prefix of `target % n` rows, shared over the
   days the same way. Validation and test are named whole: never balanced.
+- **Read-time augmentation** (`augment: jitter | text`, train only): every kept row is
+  named `synthetic_per_row` more times, entries marked `synthetic: k`, which the loader
+  reads as the row's k-th synthetic copy and augments afresh each epoch.
 - **Entries**: the chosen rows of each file are cut at the files' row-group boundaries
   (`row_group_rows`), so an entry is at most one row group and the loader reads whole
   groups. The entries of a split are ordered by a hash of (path, offset, copy): the
@@ -53,15 +56,20 @@ class DayFile:
 
 @dataclasses.dataclass(frozen=True)
 class Piece:
-    """Rows `[offset, offset + rows)` of `file`; `copy` k > 0 is their k-th repeat."""
+    """Rows `[offset, offset + rows)` of `file`; `copy` k > 0 is their k-th repeat;
+    `synthetic` k > 0: read as their k-th synthetic copy (augmented by the loader)."""
 
     file: DayFile
     offset: int
     rows: int
     copy: int = 0
+    synthetic: int = 0
 
     def order_key(self) -> str:
-        return hashlib.sha256(f"{self.file.path}\n{self.offset}\n{self.copy}".encode()).hexdigest()
+        key = f"{self.file.path}\n{self.offset}\n{self.copy}" + (
+            f"\n{self.synthetic}" if self.synthetic else ""
+        )
+        return hashlib.sha256(key.encode()).hexdigest()
 
 
 def take_per_day(day_rows: Sequence[int], target: int) -> list[int]:
@@ -162,6 +170,7 @@ def entries(ranks: Sequence[Sequence[Piece]]) -> list[dict[str, Any]]:
             "file_rows": p.file.rows,
             "bytes": p.file.bytes,
             "sha256": p.file.sha256,
+            **({"synthetic": p.synthetic} if p.synthetic else {}),
         }
         for rank, pieces in enumerate(ranks)
         for p in pieces
@@ -174,10 +183,14 @@ def split_entries(
     *,
     world_size: int,
     rows_per_rank: int,
+    synthetic_per_row: int = 0,
 ) -> list[dict[str, Any]]:
     """One split's entries: `days` maps each class (a string) to its files per day,
-    `targets` the rows each class keeps (its rows, unless balanced)."""
+    `targets` the rows each class keeps (its rows, unless balanced). With
+    `synthetic_per_row` n (train, read-time augmentation), every kept row is named n more
+    times, as its synthetic copies 1..n."""
     pieces: list[Piece] = []
     for label in sorted(days):
         pieces += class_pieces(days[label], targets[label])
+    pieces += [dataclasses.replace(p, synthetic=k) for k in range(1, synthetic_per_row + 1) for p in pieces]
     return entries(cut_for_ranks(ordered(pieces), world_size, rows_per_rank))

@@ -146,7 +146,8 @@ def test_stage_tasks_are_spark_submits_with_the_form_overrides(dagbag):
     [
         ({}, False),
         ({"stages": {"export_shards": {"shards": "encoded"}}}, True),
-        ({"stages": {"balance": {"augment": "jitter"}}}, True),
+        ({"stages": {"balance": {"augment": "smote"}}}, True),
+        ({"stages": {"balance": {"augment": "jitter"}}}, False),  # applied by the loader
     ],
 )
 def test_the_export_runs_in_spark_only_when_it_writes_encoded_shards(tmp_path, edit, spark):

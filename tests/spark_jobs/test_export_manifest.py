@@ -156,8 +156,48 @@ def test_a_day_without_its_shards_document_is_refused_naming_it(spark, tmp_path)
         export(spark, tmp_path, inputs)
 
 
-def test_augmentation_still_writes_encoded_shards(spark, tmp_path):
+def test_smote_still_writes_encoded_shards(spark, tmp_path):
     inputs = window(spark, tmp_path)
-    out_dir, report = export(spark, tmp_path, inputs, balance={"augment": "jitter", "seed": 0})
+    out_dir, report = export(spark, tmp_path, inputs, balance={"augment": "smote", "seed": 0})
     assert report["shard_columns"] == "encoded"
     assert json.loads((out_dir / "manifest.json").read_text()).get("shard_columns", "encoded") == "encoded"
+
+
+def test_jitter_names_each_balanced_row_again_as_a_synthetic_copy_the_loader_augments(spark, tmp_path):
+    """Train only; exact counts; the loader's noise differs by epoch; evaluation sees real rows."""
+    from lakeprep_train.dataset import RankBatches
+
+    inputs = window(spark, tmp_path)
+    balance = {"strategy": "undersample", "augment": "jitter", "jitter_sigma": 0.5, "synthetic_per_row": 2}
+    out_dir, report = export(spark, tmp_path, inputs, world_size=1, balance=balance)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    assert train["class_counts"] == {"0": 30, "1": 30} and train["class_counts_natural"] == {"0": 11, "1": 10}
+    assert report["rows_synthetic"] == manifest["balance"]["synthetic_rows"] == 40
+    assert manifest["balance"]["jitter_sigma"] == 0.5
+    assert {e.get("synthetic", 0) for e in train["shards"]} == {0, 1, 2}
+    for split in ("validation", "test"):
+        assert not any("synthetic" in e for e in manifest["splits"][split]["shards"])
+    sampling = json.loads((out_dir / "sampling.json").read_text())
+    assert sampling["synthetic"]["train"] == {"0": 20, "1": 20}
+
+    loaded = with_transform_document(load_manifest(str(out_dir / "manifest.json")))
+    data = RankBatches(loaded, "train", 0, world_size=1, seed=5, with_ids=True)
+
+    def rows(epoch: int) -> dict[str, list[float]]:
+        data.set_epoch(epoch)
+        out: dict[str, list[float]] = collections.defaultdict(list)
+        for b in data:
+            for i, row_id in enumerate(b.ids):
+                out[row_id].append(float(b.numeric[i, 0]))
+        return out
+
+    first, again, later = rows(0), rows(0), rows(1)
+    assert len(first) == 20 and all(len(v) == 3 for v in first.values())  # the row and 2 copies
+    assert first == again
+    assert first != later
+    for values in first.values():
+        assert len(set(values)) == 3  # each copy jittered its own way
+    for split in ("validation", "test"):
+        ids = [i for b in split_batches(loaded, split, with_ids=True) for i in b.ids]
+        assert len(ids) == len(set(ids))

@@ -378,3 +378,22 @@ def test_entries_of_one_file_must_agree_on_it(tmp_path, edit_manifest):
     edit_manifest(encoded, repeat_with_other_bytes)
     with pytest.raises(ManifestError, match=r"shards\[2\].bytes: .* but shards\[0\] names the same file"):
         load_manifest(str(encoded))
+
+
+def test_synthetic_entries_are_refused_outside_train_and_without_a_read_time_augmentation(
+    copied_export, edit_manifest
+):
+    """Evaluation sees real rows only; a synthetic entry needs prepared shards and the
+    augmentation's parameter, or the loader could not make its rows."""
+
+    def mark(m):
+        m["splits"]["validation"]["shards"][0]["synthetic"] = 1
+        m["splits"]["train"]["shards"][0]["synthetic"] = 1
+
+    edit_manifest(copied_export, mark)
+    with pytest.raises(ManifestError) as err:
+        load_manifest(str(copied_export))
+    problems = "\n".join(err.value.problems)
+    assert "splits.validation.shards[0].synthetic: only the train split may hold synthetic rows" in problems
+    assert "shard_columns: synthetic entries are augmented at read, which needs 'prepared' shards" in problems
+    assert "balance.augment: 'none', but entries are marked synthetic" in problems

@@ -56,6 +56,7 @@ from torch.utils.data import IterableDataset
 
 from lakeprep_contracts.encode import encode, input_columns
 from lakeprep_train import storage
+from lakeprep_train.augment import Augmentation
 from lakeprep_train.manifest import (
     column_problems,
     expected_columns,
@@ -698,8 +699,12 @@ def plan_rank(
     )
 
 
-# One row group's rows as read: (where, the rows, their shuffled order or None).
-_Piece = tuple[str, pa.Table, np.ndarray | None]
+# A synthetic entry's rows as read: (its copy k, the file's path, the row group's first row
+# in the file, the first row read within the group, the group's rows).
+_Synthetic = tuple[int, str, int, int, int]
+# One row group's rows as read: (where, the rows, their shuffled order or None, and
+# which synthetic copy they are read as, None for real rows).
+_Piece = tuple[str, pa.Table, np.ndarray | None, _Synthetic | None]
 
 
 def _file_problem(
@@ -758,16 +763,30 @@ def _span_tables(
                     lo = max(first, int(starts[group])) - int(starts[group])
                     hi = min(last, int(starts[group + 1])) - int(starts[group])
                     table = parquet.read_row_group(group, columns=columns).slice(lo, hi - lo)
-                    yield at, table, (rng.permutation(hi - lo) if rng is not None and row_order else None)
+                    order = rng.permutation(hi - lo) if rng is not None and row_order else None
+                    synthetic = None
+                    if shard.synthetic:
+                        group_rows = int(starts[group + 1] - starts[group])
+                        synthetic = (shard.synthetic, shard.path, int(starts[group]), lo, group_rows)
+                    yield at, table, order, synthetic
         except (OSError, pa.ArrowException) as err:
             raise ValueError(f"{at}: cannot read {shard.location}: {err}") from err
 
 
-def _blocks(pieces: Iterator[_Piece], layout: FeatureLayout) -> Iterator[_Block]:
-    """Convert and check each row group read (the CPU half of reading)."""
+def _blocks(
+    pieces: Iterator[_Piece], layout: FeatureLayout, augmentation: Augmentation | None = None
+) -> Iterator[_Block]:
+    """Convert and check each row group read (the CPU half of reading); the rows of a
+    synthetic entry are augmented (``augmentation``, before they are shuffled)."""
     try:
-        for at, table, order in pieces:
+        for at, table, order, synthetic in pieces:
             block = layout.to_block(table, at)
+            if synthetic is not None:
+                if augmentation is None:
+                    raise ValueError(
+                        f"{at}: a synthetic entry, but the manifest's balance names no augmentation"
+                    )
+                block = augmentation.apply(block, *synthetic)
             yield block if order is None else _rows(block, order)
     finally:
         close = getattr(pieces, "close", None)
@@ -807,6 +826,7 @@ def _batch_pipeline(
     where: str,
     read_ahead: bool,
     shuffle_rows: int = 0,
+    augmentation: Augmentation | None = None,
 ) -> Iterator[list[Batch]]:
     """The batches of ``spans`` in runs (:func:`_batch_runs`).
 
@@ -835,7 +855,7 @@ def _batch_pipeline(
     )
     if read_ahead:
         pieces = _Background(([piece] for piece in pieces), 1, None, "lakeprep-read")
-    blocks = _blocks(pieces, layout)
+    blocks = _blocks(pieces, layout, augmentation)
     if mixing is not None:
         blocks = _shuffle_buffer(blocks, shuffle_rows, mixing)
     return _batch_runs(blocks, batch_size)
@@ -959,6 +979,8 @@ class RankBatches(IterableDataset):
             where=self.where,
             read_ahead=self.prefetch_depth > 0,
             shuffle_rows=self.shuffle_rows,
+            # A prepared export's synthetic train rows, augmented afresh each epoch.
+            augmentation=Augmentation.of(self.manifest.balance, seed=self.seed, epoch=self.epoch),
         )
         planned = self._hold_to_plan(runs, plan)
         skip, self.skip_steps = self.skip_steps, 0
@@ -1010,5 +1032,6 @@ def split_batches(
         rng=None,
         where=f"{manifest.location}: splits.{split}",
         read_ahead=prefetch_depth > 0,
+        augmentation=Augmentation.of(manifest.balance, seed=0, epoch=0),
     )
     return prefetch(runs, prefetch_depth)

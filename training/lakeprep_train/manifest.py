@@ -118,6 +118,9 @@ class Shard:
     # The file's exact row count: ``file_rows`` as recorded; ``rows`` for an entry with
     # neither ``offset`` nor ``file_rows`` (the whole file); None for a slice without it.
     file_rows: int | None = None
+    # k >= 1: the rows are read as their k-th synthetic copy, augmented by the loader
+    # (``Manifest.augmentation``); 0: the rows themselves.
+    synthetic: int = 0
 
     def file_rows_problem(self, found: int) -> str | None:
         """Why a file of ``found`` rows cannot hold this entry (None: it can)."""
@@ -179,6 +182,9 @@ class Manifest:
     # The transform's document, once read and checked (:func:`with_transform_document`):
     # what the loader encodes "prepared" shards with.
     transform_document: Mapping[str, Any] | None = None
+    # The manifest's ``balance`` (``augment``, ``jitter_sigma``, ``token_dropout``): how the
+    # loader augments the rows of ``synthetic`` entries; None in a manifest without it.
+    balance: Mapping[str, Any] | None = None
 
     def features_with_role(self, role: str) -> tuple[Feature, ...]:
         return tuple(f for f in self.features if f.role == role)
@@ -260,6 +266,7 @@ def rule_problems(raw: dict[str, Any]) -> list[str]:
         if not math.isfinite(w)
     ]
     problems += _window_problems(raw)
+    problems += _synthetic_problems(raw)
     if raw.get("shard_columns", "encoded") == "prepared" and not raw.get("transform"):
         problems.append(
             "transform: required when shard_columns is 'prepared': the shards hold prepared rows, "
@@ -368,6 +375,41 @@ def _split_problems(
     return problems
 
 
+# What the loader needs to make a synthetic row, per read-time augmentation.
+READ_TIME_AUGMENTS = {"jitter": "jitter_sigma", "text": "token_dropout"}
+
+
+def _synthetic_problems(raw: dict[str, Any]) -> list[str]:
+    """Entries read as synthetic copies: train only (evaluation sees real rows), prepared
+    shards, and an augmentation the loader can make, with its parameter."""
+    marked = {
+        name: [i for i, x in enumerate(split["shards"]) if x.get("synthetic")]
+        for name, split in raw["splits"].items()
+    }
+    if not any(marked.values()):
+        return []
+    problems = [
+        f"splits.{name}.shards[{found[0]}].synthetic: only the train split may hold synthetic rows; "
+        "validation and test keep the sampled rows"
+        for name, found in marked.items()
+        if found and name != "train"
+    ]
+    balance = raw.get("balance") or {}
+    needed = READ_TIME_AUGMENTS.get(balance.get("augment", "none"))
+    if raw.get("shard_columns", "encoded") != "prepared":
+        problems.append(
+            "shard_columns: synthetic entries are augmented at read, which needs 'prepared' shards"
+        )
+    if needed is None:
+        problems.append(
+            f"balance.augment: {balance.get('augment', 'none')!r}, but entries are marked synthetic; "
+            f"the loader augments with one of {sorted(READ_TIME_AUGMENTS)}"
+        )
+    elif needed not in balance:
+        problems.append(f"balance.{needed}: required to augment synthetic entries ({balance['augment']})")
+    return problems
+
+
 def _window_problems(raw: dict[str, Any]) -> list[str]:
     """Every day of the window has exactly one outcome; the days run oldest first."""
     window = raw["window"]
@@ -422,6 +464,7 @@ def _build(raw: dict[str, Any], location: str) -> Manifest:
                 x["sha256"],
                 x.get("offset", 0),
                 x.get("file_rows", None if "offset" in x else x["rows"]),
+                x.get("synthetic", 0),
             )
             for x in s["shards"]
         )
@@ -453,6 +496,7 @@ def _build(raw: dict[str, Any], location: str) -> Manifest:
             else None
         ),
         shard_columns=raw.get("shard_columns", "encoded"),
+        balance=raw.get("balance"),
     )
 
 

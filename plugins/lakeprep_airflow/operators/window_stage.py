@@ -30,10 +30,10 @@ if TYPE_CHECKING:
 
 
 def export_layout(spec: spec_mod.DatasetSpec) -> str:
-    """`prepared` or `encoded`: what the spec's export writes (augmentation is encoded)."""
-    if spec.stages["balance"]["augment"] != "none":
-        return "encoded"
-    return spec.stages["export_shards"]["shards"]
+    """`prepared` or `encoded`: what the spec's export writes (`export_shards.shard_layout`)."""
+    from lakeprep_jobs.export_shards import shard_layout
+
+    return shard_layout(spec.stages["export_shards"]["shards"], spec.stages["balance"]["augment"])
 
 
 def runs_in_worker(spec: spec_mod.DatasetSpec, stages: Sequence[str]) -> bool:
