@@ -369,8 +369,9 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "augment",
             "none",
             {"enum": ["none", "smote", "jitter", "text"]},
-            "synthetic train rows (`is_synthetic`): `smote` interpolates towards a same-class "
-            "neighbour, `jitter` adds Gaussian noise to numerics, `text` drops tokens",
+            "synthetic train rows: `smote` interpolates towards a same-class neighbour (made in "
+            "Spark: an encoded export), `jitter` adds Gaussian noise to numerics, `text` drops "
+            "tokens (both made by the loader as it reads, new every epoch)",
         ),
         Knob(
             "synthetic_per_row",
