@@ -1,10 +1,14 @@
-"""(e') Where a small day's Spark time goes: the fused submissions under py-spy and the event log.
+"""(e') Where a small day's time goes: the fused DAG's tasks, its submission under py-spy.
 
     python -m benchmarks --only profile           (the harness part, on the 900-row day)
 
-Each of the two fused submissions (`spark.fuse_stages`, as the operator builds them) runs
-once with `spark.eventLog.enabled` and under `py-spy record --subprocesses --idle
---threads` (py-spy follows every process the launcher starts; a Python wrapper,
+The DAG the spec builds with `spark.fuse_stages` runs the day's stages as one submission
+(`prepare_day`: validate, preprocess, sample) and the window's as one task in the Airflow
+worker without Spark (`fit_and_export`, a `WindowStageOperator`; docs/PIPELINE.md "Where
+the stages run"). The worker task is measured as part `window` measures a Python task
+(`window.run_task`: its `execute`'s wall and CPU time, the whole child beside). The
+submission runs once with `spark.eventLog.enabled` and under `py-spy record --subprocesses
+--idle --threads` (py-spy follows every process the launcher starts; a Python wrapper,
 `benchmarks.driver_start`, is the root, since the launcher itself is bash and Java). From
 the Python driver's main thread (wall-clock samples, waiting included) and the event log:
 
@@ -34,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks import event_log, spark_prep
+from benchmarks import event_log, spark_prep, window
 from benchmarks.environment import REPO, child_env
 from benchmarks.measure import run_child
 
@@ -207,15 +211,20 @@ def profile_submission(cmd: list[str], folder: Path, order: tuple[str, ...]) -> 
 
 
 def run(lake: Path, ds: str, logs: Path) -> dict[str, Any]:
-    """Both fused submissions of the day in `lake`, each profiled once."""
+    """The fused DAG's tasks for the day in `lake`, in order: a spark-submit profiled once,
+    a task run in the worker measured once (`kind` says which)."""
     out = {}
-    for stages, cmd, _ in spark_prep.fused_commands(f"file://{lake}", ds):
-        name = "+".join(stages)
+    for task in spark_prep.dag_tasks(spark_prep.fused_spec()):
+        name = "+".join(task.stages)
         folder = logs / name
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        out[name] = profile_submission(cmd, folder, tuple(stages))
+        kind, cmd = window.task_command(task, lake_root=f"file://{lake}", run_ds=ds, days=1)
+        if kind == "spark":
+            out[name] = {"kind": kind, **profile_submission(cmd, folder, tuple(task.stages))}
+        else:
+            out[name] = window.run_task(task, lake, ds, 1, folder / "task.log")
     return out
 
 
@@ -226,7 +235,7 @@ def main() -> None:
     parser.add_argument("--lake", type=Path, required=True)
     parser.add_argument("--ds", default="2013-01-01")
     parser.add_argument(
-        "--logs", type=Path, required=True, help="folder for py-spy's samples and the event logs"
+        "--logs", type=Path, required=True, help="folder for py-spy's samples, the event log, the task logs"
     )
     parser.add_argument("--json", type=Path, help="write the breakdown here (default: stdout)")
     args = parser.parse_args()

@@ -1,7 +1,8 @@
 """(a) The staged Spark preparation against its floor, each submitted as the operator does.
 
-(e) also submits the five stages as the two fused submissions (`run_fused`), as the
-operator builds them with `stages=` (the spec's `spark.fuse_stages`).
+(a) submits all five stages, the window's too, so that the floor comparison is Spark's
+preparation of the day whatever the DAG runs in the worker; `run_fused` submits them as
+the two fused plans `SparkStageOperator` builds with `stages=`.
 
 The five stages' commands are built by `SparkStageOperator` itself (`prepare_submission`,
 then the Spark provider's `SparkSubmitHook._build_spark_submit_command`, which is what
@@ -10,6 +11,11 @@ connection, the spec's and the operator's `--conf`, the content-addressed jobs z
 `--py-files`, the stage script and its argv. Only the Airflow task around it is left
 out (its start-up is not Spark's). The floor and the empty submission reuse that
 command line with another application, so they get the same session settings.
+
+(e) runs the stages as the DAG the spec builds runs them (`run_dag`): its spark-submits as
+submissions, its tasks that run in the Airflow worker without Spark (`WindowStageOperator`:
+`fit_transform` and a `prepared` export, docs/PIPELINE.md "Where the stages run") as the
+Python tasks they are, measured as part `window` measures them (`window.run_task`).
 """
 
 from __future__ import annotations
@@ -17,11 +23,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benchmarks import event_log
-from benchmarks.environment import FLIGHTS_SPEC, REPO, child_env, use_child_env
+from benchmarks import event_log, window
+from benchmarks.environment import FLIGHTS_SPEC, REPO, WORK, child_env, use_child_env
 from benchmarks.measure import run_child
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseOperator
 
 STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")
 RUN_ID = "bench__run"
@@ -97,7 +106,7 @@ def fused_commands(
     use_child_env()
     days = load_spec(FLIGHTS_SPEC).data["window"]["days"]
     out = []
-    for stages, window in ((DAILY_STAGES, None), (WINDOW_STAGES, window_for(ds, days))):
+    for stages, decided in ((DAILY_STAGES, None), (WINDOW_STAGES, window_for(ds, days))):
         op = SparkStageOperator(
             task_id="fused",
             stages=stages,
@@ -106,13 +115,68 @@ def fused_commands(
             run_ds=ds,
             name=f"lakeprep-{'+'.join(stages)}-bench",
         )
-        op.prepare_submission(RUN_ID, window)
-        cmd = op._get_hook()._build_spark_submit_command(op.application)
-        if repeat > 1:
-            at = cmd.index("--plan") + 1
-            cmd[at] = json.dumps(json.loads(cmd[at]) * repeat, separators=(",", ":"))
+        op.prepare_submission(RUN_ID, decided)
+        cmd = _repeated(op._get_hook()._build_spark_submit_command(op.application), repeat)
         out.append((stages, cmd, [call.output for call in op.stage_calls]))
     return out
+
+
+def _repeated(cmd: list[str], repeat: int) -> list[str]:
+    """A fused submission whose plan runs `repeat` times in its one session."""
+    if repeat > 1:
+        at = cmd.index("--plan") + 1
+        cmd = [*cmd[:at], json.dumps(json.loads(cmd[at]) * repeat, separators=(",", ":")), *cmd[at + 1 :]]
+    return cmd
+
+
+def fused_spec() -> Path:
+    """The flights spec with `spark.fuse_stages` on, written under the work folder: the DAG
+    it builds has the fused tasks (the choice is made when the DAG is parsed, from the file)."""
+    import yaml
+
+    data = yaml.safe_load(FLIGHTS_SPEC.read_text())
+    data.setdefault("spark", {})["fuse_stages"] = True
+    path = WORK / "pipelines-fused" / FLIGHTS_SPEC.name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def dag_tasks(spec: Path) -> list[BaseOperator]:
+    """The tasks of the DAG `spec` builds that run the five stages, in pipeline order."""
+    daily, window_tasks = window.run_tasks(spec)
+    return [t for t in (*daily, *window_tasks) if set(getattr(t, "stages", ())) & set(STAGES)]
+
+
+def run_dag(lake: Path, ds: str, logs: Path, *, fused: bool, repeat: int = 1) -> dict[str, Any]:
+    """The five stages as the DAG the spec builds runs them (`fused`: with `spark.fuse_stages`),
+    for a day whose window is itself: per spark-submit (`submissions`) and per task run in
+    the worker (`tasks`, `window.run_task`) its time and memory, per stage its row counts.
+
+    `repeat` > 1 runs each submission's plan that many times in its session (`fused_commands`)
+    and leaves the worker tasks out: they have no session to warm."""
+    out: dict[str, Any] = {"submissions": {}, "tasks": {}, "stages": {}}
+    suffix = f"-x{repeat}" if repeat > 1 else ""
+    for task in dag_tasks(fused_spec() if fused else FLIGHTS_SPEC):
+        name = "+".join(task.stages)
+        kind, cmd = window.task_command(task, lake_root=f"file://{lake}", run_ds=ds, days=1)
+        if kind == "spark":
+            out["submissions"][name] = _submit(_repeated(cmd, repeat), logs / f"{name}{suffix}.log", None)
+        elif repeat > 1:
+            continue
+        else:
+            out["tasks"][name] = window.run_task(task, lake, ds, 1, logs / f"{name}.log")
+        for stage in task.stages:
+            report = _report(stage_output(lake, stage, ds))
+            out["stages"][stage] = {k: report.get(k) for k in ("rows_in", "rows_out", "rows_quarantined")}
+    return out
+
+
+def stage_output(lake: Path, stage: str, ds: str) -> str:
+    """The URI of the partition `stage` writes for `ds` in `lake` (the flights spec's dataset)."""
+    from lakeprep_airflow.spec import lake_uri, load_spec
+
+    return lake_uri(f"file://{lake}", stage, load_spec(FLIGHTS_SPEC).name, ds)
 
 
 def _with_application(stage_cmd: list[str], script: Path, args: list[str], name: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""(f) Each day's work done once: a run at an N-day window against the same run at 1 day.
+"""(g) Each day's work done once: a run at an N-day window against the same run at 1 day.
 
     python -m benchmarks --only window --rows 100000 --window-days 1 4 --reps 1
 
@@ -22,12 +22,14 @@ ones between `wait_for_partition` and `wait_for_window`, the window ones between
 `wait_for_window` and `gpu_training_handoff`. Each runs as a child process measured by
 `run_child`, whatever it runs: a `SparkSubmitOperator` as the spark-submit the provider's
 hook builds after the operator prepared it (as `spark_prep` submits the stages); any other
-operator, a task that runs Python in the worker, as `python -m benchmarks.window`, which
-builds the same DAG and calls the operator's `execute` with the window decision as
-`wait_for_window`'s XCom. A Python task counts its `execute` alone (its wall and CPU time,
-the child's own and its children's): the child's imports and DAG build stand for the
-Airflow task around it, which the Spark tasks leave out too. *Spark CPU* sums the
-spark-submits (local mode: driver and executors in one tree), *CPU* every task.
+operator, a task that runs Python in the worker (`check_drift`; `fit_transform` and a
+`prepared` export, `WindowStageOperator`), as `python -m benchmarks.window`, which builds
+the same DAG and calls the operator's `execute` with the run's id, the window decision as
+`wait_for_window`'s XCom and an event per outlet Asset, as the task runner gives them. A
+Python task counts its `execute` alone (its wall and CPU time, the child's own and its
+children's): the child's imports and DAG build stand for the Airflow task around it, which
+the Spark tasks leave out too. *Spark CPU* sums the spark-submits (local mode: driver and
+executors in one tree), *CPU* every task.
 """
 
 from __future__ import annotations

@@ -158,7 +158,8 @@ def test_the_committed_results_render(tmp_path):
     assert ("dag_parse" in results) == ("## (c) DAG parse time" in text)
     if small := results.get("small_day"):
         assert "## (e) A small day: start-up against work" in text
-        assert f"fused within 2x of one empty submission | {small['fused_vs_empty']['median']:.1f}x" in text
+        v = small["fused_spark_vs_empty"]["median"]
+        assert f"its Spark time (one submission) within 2x of one empty submission | {v:.1f}x" in text
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

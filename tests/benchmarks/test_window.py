@@ -25,38 +25,30 @@ def _inputs(cmd: list[str]) -> list[str]:
     return [cmd[i + 1] for i, part in enumerate(cmd) if part == "--input"]
 
 
+def _child(task: str, days: int, spec: Path = FLIGHTS_SPEC) -> list[str]:
+    """The argv after the interpreter of the child that runs a Python task's `execute`."""
+    return [
+        *("-m", "benchmarks.window", "--spec", str(spec), "--task", task),
+        *("--lake-root", "file:///lake", "--ds", "2013-01-04", "--days", str(days)),
+    ]
+
+
 def test_the_run_tasks_are_the_dags_and_each_window_task_reads_the_window_it_is_given():
     daily, tasks = window.run_tasks(FLIGHTS_SPEC)
     assert [t.task_id for t in daily] == ["validate", "preprocess", "sample"]
     assert [t.task_id for t in tasks] == ["check_drift", "fit_transform", "export_shards"]
     lake = "file:///lake"
-    kind, cmd = window.task_command(tasks[1], lake_root=lake, run_ds="2013-01-04", days=3)
-    assert kind == "spark" and Path(cmd[0]).name == "spark-submit"
-    assert cmd[cmd.index("--name") + 1] == "lakeprep-fit_transform-bench"
-    assert _inputs(cmd) == [f"{lake}/sample/flights/dt=2013-01-0{d}" for d in (2, 3, 4)]
-    kind, cmd = window.task_command(tasks[2], lake_root=lake, run_ds="2013-01-04", days=1)
-    assert _inputs(cmd) == [f"{lake}/sample/flights/dt=2013-01-04"]
-    params = json.loads(cmd[cmd.index("--params") + 1])
-    assert params["window"]["complete"] == ["2013-01-04"]
     kind, cmd = window.task_command(daily[0], lake_root=lake, run_ds="2013-01-02", days=1)
-    assert kind == "spark" and _inputs(cmd) == [f"{lake}/raw/flights/dt=2013-01-02"]
-    # A task that runs Python in the worker: the child that calls its execute.
-    kind, cmd = window.task_command(tasks[0], lake_root=lake, run_ds="2013-01-04", days=3)
-    assert kind == "python"
-    assert cmd[1:] == [
-        "-m",
-        "benchmarks.window",
-        "--spec",
-        str(FLIGHTS_SPEC),
-        "--task",
-        "check_drift",
-        "--lake-root",
-        lake,
-        "--ds",
-        "2013-01-04",
-        "--days",
-        "3",
-    ]
+    assert kind == "spark" and Path(cmd[0]).name == "spark-submit"
+    assert cmd[cmd.index("--name") + 1] == "lakeprep-validate-bench"
+    assert _inputs(cmd) == [f"{lake}/raw/flights/dt=2013-01-02"]
+    # The window's tasks run Python in the worker (check_drift; fit_transform and the
+    # prepared export, WindowStageOperator): the child that calls their execute.
+    for task in tasks:
+        kind, cmd = window.task_command(task, lake_root=lake, run_ds="2013-01-04", days=3)
+        assert kind == "python" and cmd[1:] == _child(task.task_id, 3), task.task_id
+    # What wait_for_window decides for the child: every day of the window complete.
+    assert window.window_decision("2013-01-04", 3)["complete"] == ["2013-01-02", "2013-01-03", "2013-01-04"]
 
 
 def test_fused_stages_are_measured_as_the_fused_tasks(tmp_path):
@@ -66,11 +58,11 @@ def test_fused_stages_are_measured_as_the_fused_tasks(tmp_path):
     daily, tasks = window.run_tasks(spec)
     assert [t.task_id for t in daily] == ["prepare_day"]
     assert [t.task_id for t in tasks] == ["check_drift", "fit_and_export"]
-    kind, cmd = window.task_command(tasks[1], lake_root="file:///lake", run_ds="2013-01-03", days=2)
+    kind, cmd = window.task_command(daily[0], lake_root="file:///lake", run_ds="2013-01-03", days=2)
     plan = json.loads(cmd[cmd.index("--plan") + 1])
-    assert kind == "spark" and [p["stage"] for p in plan] == ["fit_transform", "export_shards"]
-    for entry in plan:
-        assert _inputs(entry["argv"]) == [f"file:///lake/sample/flights/dt=2013-01-0{d}" for d in (2, 3)]
+    assert kind == "spark" and [p["stage"] for p in plan] == ["validate", "preprocess", "sample"]
+    kind, cmd = window.task_command(tasks[1], lake_root="file:///lake", run_ds="2013-01-04", days=2)
+    assert kind == "python" and cmd[1:] == _child("fit_and_export", 2, spec)
 
 
 def _ids(lake: Path, day: str) -> set[tuple]:
