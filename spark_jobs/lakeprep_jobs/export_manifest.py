@@ -47,9 +47,6 @@ from lakeprep_jobs.lake import (
     PartitionCommit,
     SparkLake,
     read_json,
-    write_report,
-    write_success,
-    write_text,
 )
 from lakeprep_jobs.window_manifest import DayFile, split_entries
 
@@ -242,7 +239,6 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ex.ExportParams)
 
 def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> dict[str, Any]:
     """The export over any `Lake`: in the Airflow worker, or in a Spark driver (`run`)."""
-    from lakeprep_contracts import documents
 
     transform, transform_text = ex.load_transform(lake, p.transform_uri)
     docs = read_day_shards(lake, inputs)
@@ -309,68 +305,35 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
             {"uri": uri, "rows": report["rows_out"], "fingerprint": fingerprint(doc)}
             for uri, doc, report in zip(inputs, docs, reports, strict=True)
         ]
-        manifest = {
-            "format_version": ex.FORMAT_VERSION,
-            "dataset": p.dataset,
-            "logical_date": p.logical_date,
-            "run_id": p.run_id,
-            "config_hash": p.config_hash,
-            "window_days": len(p.window.get("days", [])) or len(inputs),
-            "window": {k: list(p.window.get(k, [])) for k in ex.WINDOW_KEYS},
-            "source_partitions": sources,
-            "label": {"name": layout.LABEL, "classes": p.label_classes},
-            "features": features,
-            "shard_columns": SHARD_COLUMNS,
-            "transform": {
-                "uri": layout.TRANSFORM,
-                "sha256": hashlib.sha256(transform_text.encode("utf-8")).hexdigest(),
-            },
-            "splits": splits,
-            "class_weights": weights,
-            "balance": {
-                "strategy": p.balance.strategy,
-                "target_ratio": p.balance.target_ratio,
-                "augment": p.balance.augment,
-                "synthetic_rows": synthetic,
-                "report": layout.SAMPLING,
-                **augmentation(p),
-            },
-        }
-        rows_out = sum(s["rows"] for s in splits.values())
-        rows_available = sum(s["rows_available"] for s in splits.values())
-        removed = {c: natural["train"][c] - targets["train"][c] for c in classes}
-        report = {
-            "stage": "export_shards",
-            "inputs": list(inputs),
-            "shard_columns": SHARD_COLUMNS,
-            "rows_in": rows_in,
-            "rows_out": rows_out,
-            "rows_quarantined": 0,
-            "rows_superseded": superseded,
-            # rows_in - superseded - undersampled + oversampled = rows available.
-            "rows_undersampled": sum(max(0, n) for n in removed.values()),
-            "rows_oversampled": sum(max(0, -n) for n in removed.values()),
-            "rows_synthetic": synthetic,
-            "rows_dropped_for_balance": max(0, rows_available - rows_out),
-            "rows_padded_for_balance": max(0, rows_out - rows_available),
-            "shards": {s: len(v["shards"]) for s, v in splits.items()},
-            "files_rewritten": sum(1 for f in replaced.values() if f is not None),
-            "window": manifest["window"],
-            "transform": p.transform_uri,
-        }
-        balanced = rows_in - superseded - report["rows_undersampled"] + report["rows_oversampled"]
-        if balanced + synthetic != rows_available:
-            raise RuntimeError(f"export {output}: rows do not add up: {report}")
-        ex.check_manifest(manifest, layout.join(output, layout.MANIFEST))
-        documents.require("sampling", sampling, layout.join(output, layout.SAMPLING))
-        write_text(lake, layout.join(staging, layout.TRANSFORM), transform_text)
-        write_text(
-            lake, layout.join(staging, layout.SAMPLING), json.dumps(sampling, indent=2, sort_keys=True)
+        manifest = ex.manifest_document(
+            p,
+            inputs,
+            sources=sources,
+            features=features,
+            transform_text=transform_text,
+            splits=splits,
+            weights=weights,
+            synthetic_rows=synthetic,
+            shard_columns=SHARD_COLUMNS,
+            balance_extra=augmentation(p),
         )
-        write_report(lake, staging, report)
-        write_success(lake, staging)
-        # Last: the manifest is the signal that the export is complete.
-        write_text(
-            lake, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
+        report = ex.export_report(
+            p,
+            manifest,
+            rows_in=rows_in,
+            superseded=superseded,
+            natural=natural["train"],
+            balanced=targets["train"],
+            inputs=list(inputs),
+            files_rewritten=sum(1 for f in replaced.values() if f is not None),
+        )
+        ex.commit_export(
+            lake,
+            staging,
+            output,
+            manifest=manifest,
+            sampling=sampling,
+            report=report,
+            transform_text=transform_text,
         )
     return report

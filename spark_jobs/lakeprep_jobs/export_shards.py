@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
 from lakeprep_jobs import balance, common, parquet_footer
-from lakeprep_jobs.lake import Lake, SparkLake, read_text
+from lakeprep_jobs.lake import Lake, SparkLake, read_text, write_report, write_success, write_text
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -718,7 +718,6 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
 
 def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
     """The materialised export: every split encoded here and written as shards of its own."""
-    from lakeprep_contracts import documents
     from lakeprep_jobs.transform import apply_transform
 
     transform, transform_text = load_transform(SparkLake(spark), p.transform_uri)
@@ -807,69 +806,149 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
             final=final,
             weights=weights,
         )
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "dataset": p.dataset,
-            "logical_date": p.logical_date,
-            "run_id": p.run_id,
-            "config_hash": p.config_hash,
-            "window_days": len(p.window.get("days", [])) or len(inputs),
-            "window": {k: list(p.window.get(k, [])) for k in WINDOW_KEYS},
-            "source_partitions": sources,
-            "label": {"name": layout.LABEL, "classes": p.label_classes},
-            "features": features,
-            # A copy beside the manifest: the export folder alone is enough to train and serve.
-            "transform": {
-                "uri": layout.TRANSFORM,
-                "sha256": hashlib.sha256(transform_text.encode("utf-8")).hexdigest(),
-            },
-            "splits": splits,
-            "class_weights": weights,
-            "balance": {
-                "strategy": p.balance.strategy,
-                "target_ratio": p.balance.target_ratio,
-                "augment": p.balance.augment,
-                "synthetic_rows": sum(sampling["synthetic"]["train"].values()),
-                "report": layout.SAMPLING,
-            },
-        }
-        rows_out = sum(s["rows"] for s in splits.values())
-        rows_available = sum(s["rows_available"] for s in splits.values())
-        removed = {c: natural["train"][c] - real["train"][c] for c in classes}
-        report = {
-            "stage": "export_shards",
-            "inputs": [s["uri"] for s in sources],
-            "rows_in": rows_in,
-            "rows_out": rows_out,
-            "rows_quarantined": 0,
-            # An id on several days of the window is read once, from the latest day.
-            "rows_superseded": superseded,
-            # rows_in - superseded - undersampled + oversampled + synthetic = rows available.
-            "rows_undersampled": sum(max(0, n) for n in removed.values()),
-            "rows_oversampled": sum(max(0, -n) for n in removed.values()),
-            "rows_synthetic": manifest["balance"]["synthetic_rows"],
-            # Ranks get equal rows: the remainder dropped or padded.
-            "rows_dropped_for_balance": max(0, rows_available - rows_out),
-            "rows_padded_for_balance": max(0, rows_out - rows_available),
-            "shard_columns": "encoded",
-            "shards": {s: len(v["shards"]) for s, v in splits.items()},
-            "window": manifest["window"],
-            "transform": p.transform_uri,
-        }
-        check_manifest(manifest, layout.join(output, layout.MANIFEST))
-        documents.require("sampling", sampling, layout.join(output, layout.SAMPLING))
-        common.write_text(spark, layout.join(staging, layout.TRANSFORM), transform_text)
-        common.write_text(
-            spark, layout.join(staging, layout.SAMPLING), json.dumps(sampling, indent=2, sort_keys=True)
+        manifest = manifest_document(
+            p,
+            inputs,
+            sources=sources,
+            features=features,
+            transform_text=transform_text,
+            splits=splits,
+            weights=weights,
+            synthetic_rows=sum(sampling["synthetic"]["train"].values()),
         )
-        common.write_report(spark, staging, report)
-        common.write_success(spark, staging)
-        # Last: the manifest is the signal that the export is complete.
-        common.write_text(
-            spark, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True)
+        report = export_report(
+            p,
+            manifest,
+            rows_in=rows_in,
+            superseded=superseded,
+            natural=natural["train"],
+            balanced=real["train"],
+            inputs=[s["uri"] for s in sources],
+        )
+        commit_export(
+            SparkLake(spark),
+            staging,
+            output,
+            manifest=manifest,
+            sampling=sampling,
+            report=report,
+            transform_text=transform_text,
         )
     frames["train"].unpersist()
     return report
+
+
+def manifest_document(
+    p: ExportParams,
+    inputs: Sequence[str],
+    *,
+    sources: list[dict[str, Any]],
+    features: list[dict[str, Any]],
+    transform_text: str,
+    splits: dict[str, Any],
+    weights: dict[str, float],
+    synthetic_rows: int,
+    shard_columns: str | None = None,
+    balance_extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`manifest.json` (docs/MANIFEST.md), either layout: `shard_columns` for a prepared one,
+    `balance_extra` the loader's augmentation parameters."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "dataset": p.dataset,
+        "logical_date": p.logical_date,
+        "run_id": p.run_id,
+        "config_hash": p.config_hash,
+        "window_days": len(p.window.get("days", [])) or len(inputs),
+        "window": {k: list(p.window.get(k, [])) for k in WINDOW_KEYS},
+        "source_partitions": sources,
+        "label": {"name": layout.LABEL, "classes": p.label_classes},
+        "features": features,
+        **({"shard_columns": shard_columns} if shard_columns else {}),
+        # A copy beside the manifest: the export folder alone is enough to train and serve.
+        "transform": {
+            "uri": layout.TRANSFORM,
+            "sha256": hashlib.sha256(transform_text.encode("utf-8")).hexdigest(),
+        },
+        "splits": splits,
+        "class_weights": weights,
+        "balance": {
+            "strategy": p.balance.strategy,
+            "target_ratio": p.balance.target_ratio,
+            "augment": p.balance.augment,
+            "synthetic_rows": synthetic_rows,
+            "report": layout.SAMPLING,
+            **(balance_extra or {}),
+        },
+    }
+
+
+def export_report(
+    p: ExportParams,
+    manifest: dict[str, Any],
+    *,
+    rows_in: int,
+    superseded: int,
+    natural: Mapping[str, int],
+    balanced: Mapping[str, int],
+    inputs: list[str],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The stage's `_lakeprep_report.json`; fails if the rows do not add up:
+    rows_in - superseded - undersampled + oversampled + synthetic = rows available.
+    `natural` and `balanced`: the train rows per class before and after balancing."""
+    splits = manifest["splits"]
+    rows_out = sum(s["rows"] for s in splits.values())
+    rows_available = sum(s["rows_available"] for s in splits.values())
+    removed = {c: natural[c] - balanced[c] for c in natural}
+    synthetic = manifest["balance"]["synthetic_rows"]
+    report = {
+        "stage": "export_shards",
+        "inputs": inputs,
+        "shard_columns": manifest.get("shard_columns", "encoded"),
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "rows_quarantined": 0,
+        # An id on several days of the window is read once, from the latest day.
+        "rows_superseded": superseded,
+        "rows_undersampled": sum(max(0, n) for n in removed.values()),
+        "rows_oversampled": sum(max(0, -n) for n in removed.values()),
+        "rows_synthetic": synthetic,
+        # Ranks get equal rows: the remainder dropped or padded.
+        "rows_dropped_for_balance": max(0, rows_available - rows_out),
+        "rows_padded_for_balance": max(0, rows_out - rows_available),
+        "shards": {s: len(v["shards"]) for s, v in splits.items()},
+        **extra,
+        "window": manifest["window"],
+        "transform": p.transform_uri,
+    }
+    kept = rows_in - superseded - report["rows_undersampled"] + report["rows_oversampled"]
+    if kept + synthetic != rows_available:
+        raise RuntimeError(f"export: rows do not add up ({rows_available} available): {report}")
+    return report
+
+
+def commit_export(
+    lake: Lake,
+    staging: str,
+    output: str,
+    *,
+    manifest: dict[str, Any],
+    sampling: dict[str, Any],
+    report: dict[str, Any],
+    transform_text: str,
+) -> None:
+    """Check the documents and write them into the staged export, the manifest last."""
+    from lakeprep_contracts import documents
+
+    check_manifest(manifest, layout.join(output, layout.MANIFEST))
+    documents.require("sampling", sampling, layout.join(output, layout.SAMPLING))
+    write_text(lake, layout.join(staging, layout.TRANSFORM), transform_text)
+    write_text(lake, layout.join(staging, layout.SAMPLING), json.dumps(sampling, indent=2, sort_keys=True))
+    write_report(lake, staging, report)
+    write_success(lake, staging)
+    # Last: the manifest is the signal that the export is complete.
+    write_text(lake, layout.join(staging, layout.MANIFEST), json.dumps(manifest, indent=2, sort_keys=True))
 
 
 def check_manifest(manifest: dict[str, Any], where: str) -> None:
