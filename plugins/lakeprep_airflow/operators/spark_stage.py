@@ -83,6 +83,17 @@ def fused_argv(plan: Sequence[tuple[str, Sequence[str]]], error_file: str | None
     return [*argv, "--error-file", error_file] if error_file else argv
 
 
+def log_rows(log: Any, stage: str, report: dict[str, Any]) -> None:
+    """The task log's line for a stage's report: its rows in, out and quarantined."""
+    log.info(
+        "stage %s: rows in %s, out %s, quarantined %s",
+        stage,
+        report.get("rows_in"),
+        report.get("rows_out"),
+        report.get("rows_quarantined"),
+    )
+
+
 def chosen_stages(stage: str | None, stages: Sequence[str] | None) -> tuple[str, ...]:
     """The operator's stages: one, or consecutive stages of one kind (daily or window), in order."""
     if (stage is None) == (stages is None):
@@ -433,13 +444,7 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
         for call in self.stage_calls:
             fs, path = lake_fs.resolve(call.output, webhdfs_conn_id=self.webhdfs_conn_id)
             report = json.loads(fs.read_bytes(lake_fs.join(path, spec_mod.REPORT_NAME)))
-            self.log.info(
-                "stage %s: rows in %s, out %s, quarantined %s",
-                call.stage,
-                report.get("rows_in"),
-                report.get("rows_out"),
-                report.get("rows_quarantined"),
-            )
+            log_rows(self.log, call.stage, report)
             reports[call.stage] = report
         # The last stage's partition is what the task publishes (export_shards' manifest).
         self._describe_outlet_events(context, self.stage_calls[-1].output)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_airflow.operators.spark_stage import StageFailed, StageRefused, chosen_stages
+from lakeprep_airflow.operators.spark_stage import StageFailed, StageRefused, chosen_stages, log_rows
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 
 if TYPE_CHECKING:
@@ -122,13 +122,7 @@ class WindowStageOperator(RunSpecMixin, BaseOperator):
             except Exception as err:
                 failure = StageRefused if common.is_refusal(err) else StageFailed
                 raise failure(f"stage {stage} failed: {type(err).__name__}: {err}") from err
-            self.log.info(
-                "stage %s: rows in %s, out %s, quarantined %s",
-                stage,
-                report.get("rows_in"),
-                report.get("rows_out"),
-                report.get("rows_quarantined"),
-            )
+            log_rows(self.log, stage, report)
             reports[stage] = report
         describe_export_events(
             context,
