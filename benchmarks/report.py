@@ -976,7 +976,8 @@ def _machine(results: dict[str, Any]) -> list[str]:
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     return [
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, "
-        "shared with other work",
+        "a busy machine: shared with other work (other engineers' tests and builds ran beside "
+        "the runs, so wall times drift; ratios are measured side by side)",
         f"- Python {m['python']}, {m['java']}, Spark master `{m['spark_master']}`, driver heap "
         f"`{m.get('driver_memory', '1g (Spark default)')}` unless a section names another"
         + (f", `SPARK_SUBMIT_OPTS={m['spark_submit_opts']}`" if m.get("spark_submit_opts") else "")
