@@ -28,7 +28,7 @@ def test_each_committed_table_names_the_command_that_measured_it(tmp_path):
     assert "- machine: " in header and "pyspark " in header and "- command:" not in header
     sections = _sections(text)
     measured = [h for h in sections if h.startswith("## (")]
-    assert len(measured) == 8, measured
+    assert len(measured) == 9, measured
     for heading in measured:
         assert "\nMeasured by" in sections[heading], heading
     # The 16 M spark figures name the run that measured them, not the file's first run.
