@@ -369,16 +369,16 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "augment",
             "none",
             {"enum": ["none", "smote", "jitter", "text"]},
-            "synthetic train rows: `smote` interpolates towards a same-class neighbour (made in "
-            "Spark: an encoded export), `jitter` adds Gaussian noise to numerics, `text` drops "
-            "tokens (both made by the loader as it reads, new every epoch)",
+            "synthetic train rows, made by the loader as it reads (new every epoch): `smote` "
+            "interpolates towards a same-class neighbour, `jitter` adds Gaussian noise to "
+            "numerics, `text` drops tokens",
         ),
         Knob(
             "synthetic_per_row",
             1,
             {"type": "integer", "minimum": 1, "maximum": 100},
-            "synthetic rows made from each train row (at most; smote makes none for a row "
-            "alone in its candidate group)",
+            "synthetic rows made from each train row (a row alone in its smote candidate group "
+            "makes none in an encoded export, and is its own copy at read)",
         ),
         Knob(
             "jitter_sigma",

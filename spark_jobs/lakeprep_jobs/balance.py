@@ -1,9 +1,9 @@
 """Class balancing and augmentation of the train split, on the encoded features, in Spark.
 
-The encoded export (`stages.export_shards.shards: encoded`, or `augment: smote`) calls
+The encoded export (`stages.export_shards.shards: encoded`) calls
 `balance_train` on the window's **train split only**, after the fitted transform and
 before sharding (a prepared export chooses the same counts by arithmetic,
-`lakeprep_jobs.window_manifest`, and the loader makes `jitter` and `text` rows as it reads,
+`lakeprep_jobs.window_manifest`, and the loader makes the synthetic rows as it reads,
 `lakeprep_train.augment`); validation and test are written as sampled, so
 they keep the real class distribution and every metric on them is honest. The knobs are
 the spec's `stages.balance` (`lakeprep_contracts.knobs`):

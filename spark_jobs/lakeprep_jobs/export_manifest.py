@@ -210,7 +210,7 @@ def read_time_synthetic(p: ex.ExportParams, transform: dict[str, Any]) -> int:
     refuses an augmentation without the features it changes, as the encoded export does."""
     if p.balance.augment == "none":
         return 0
-    role = {"jitter": "numeric", "text": "text"}[p.balance.augment]
+    role = {"jitter": "numeric", "smote": "numeric", "text": "text"}[p.balance.augment]
     if not transform[role]:
         raise ValueError(
             f"balance augment {p.balance.augment!r} needs {role} features; the transform has none"
@@ -224,6 +224,8 @@ def augmentation(p: ex.ExportParams) -> dict[str, float]:
         return {"jitter_sigma": p.balance.jitter_sigma}
     if p.balance.augment == "text":
         return {"token_dropout": p.balance.token_dropout}
+    if p.balance.augment == "smote":
+        return {"smote_candidates": p.balance.smote_candidates}
     return {}
 
 

@@ -79,7 +79,7 @@ class ExportParams:
     window: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     row_group_mb: float = 8  # MiB of decoded rows per Parquet row group (`row_group_rows`)
     # `prepared`: a manifest over the sampled days' files (`lakeprep_jobs.export_manifest`);
-    # `encoded`: the features materialised here, in shards of their own (`shard_layout`).
+    # `encoded`: the features materialised here, in shards of their own.
     shards: str = "prepared"
     balance: balance.BalanceParams = dataclasses.field(default_factory=balance.BalanceParams)
 
@@ -100,19 +100,9 @@ class ExportParams:
 
     @property
     def layout(self) -> str:
-        """The layout this export writes (`shard_layout`)."""
-        return shard_layout(self.shards, self.balance.augment)
-
-
-# Augmentations the loader applies as it reads a prepared export (jitter and token dropout
-# need a row alone); SMOTE needs a row's neighbours, which Spark finds: an encoded export.
-READ_TIME_AUGMENTS = ("none", "jitter", "text")
-
-
-def shard_layout(shards: str, augment: str) -> str:
-    """What an export writes: the spec's `stages.export_shards.shards`, but `encoded`
-    for an augmentation the loader cannot apply (`smote`)."""
-    return shards if augment in READ_TIME_AUGMENTS else "encoded"
+        """The layout this export writes: `prepared` (the loader encodes and augments as it
+        reads) or `encoded` (materialised here)."""
+        return self.shards
 
 
 @dataclasses.dataclass(frozen=True)

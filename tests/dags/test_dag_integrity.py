@@ -146,12 +146,13 @@ def test_stage_tasks_are_spark_submits_with_the_form_overrides(dagbag):
     [
         ({}, False),
         ({"stages": {"export_shards": {"shards": "encoded"}}}, True),
-        ({"stages": {"balance": {"augment": "smote"}}}, True),
-        ({"stages": {"balance": {"augment": "jitter"}}}, False),  # applied by the loader
+        ({"stages": {"balance": {"augment": "smote"}}}, False),  # applied by the loader
+        ({"stages": {"balance": {"augment": "jitter"}}}, False),
     ],
 )
 def test_the_export_runs_in_spark_only_when_it_writes_encoded_shards(tmp_path, edit, spark):
-    """fit_transform never needs Spark; the export does when it materialises features."""
+    """fit_transform never needs Spark; the export does when it materialises features
+    (augmentation is the loader's, at read)."""
     import yaml
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 

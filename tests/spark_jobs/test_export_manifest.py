@@ -156,11 +156,46 @@ def test_a_day_without_its_shards_document_is_refused_naming_it(spark, tmp_path)
         export(spark, tmp_path, inputs)
 
 
-def test_smote_still_writes_encoded_shards(spark, tmp_path):
+def test_the_encoded_layout_materialises_shards_in_spark(spark, tmp_path):
     inputs = window(spark, tmp_path)
-    out_dir, report = export(spark, tmp_path, inputs, balance={"augment": "smote", "seed": 0})
-    assert report["shard_columns"] == "encoded"
+    out_dir, report = export(
+        spark, tmp_path, inputs, shards="encoded", balance={"augment": "smote", "seed": 0}
+    )
+    assert report["shard_columns"] == "encoded" and list(out_dir.glob("shards/train/*.parquet"))
     assert json.loads((out_dir / "manifest.json").read_text()).get("shard_columns", "encoded") == "encoded"
+
+
+def test_smote_at_read_moves_each_synthetic_row_towards_a_same_class_row(spark, tmp_path):
+    from lakeprep_train.dataset import RankBatches
+
+    inputs = window(spark, tmp_path)
+    plain, _ = export(spark, tmp_path / "plain", inputs, world_size=1)
+    loaded = with_transform_document(load_manifest(str(plain / "manifest.json")))
+    real = {
+        row_id: (float(b.numeric[i, 0]), int(b.label[i]))
+        for b in split_batches(loaded, "train", with_ids=True)
+        for i, row_id in enumerate(b.ids)
+    }
+    balance = {"augment": "smote", "smote_candidates": 4, "synthetic_per_row": 1}
+    out_dir, report = export(spark, tmp_path, inputs, world_size=1, balance=balance)
+    manifest = json.loads((out_dir / "manifest.json").read_text())
+    assert manifest["shard_columns"] == "prepared" and manifest["balance"]["smote_candidates"] == 4
+    assert report["rows_synthetic"] == 21
+    loaded = with_transform_document(load_manifest(str(out_dir / "manifest.json")))
+    read: dict[str, list[float]] = collections.defaultdict(list)
+    for b in RankBatches(loaded, "train", 0, world_size=1, seed=2, with_ids=True):
+        for i, row_id in enumerate(b.ids):
+            read[row_id].append(float(b.numeric[i, 0]))
+    assert read.keys() == real.keys()
+    moved = 0
+    for row_id, values in read.items():
+        x, label = real[row_id]
+        assert len(values) == 2 and any(abs(v - x) < 1e-6 for v in values)  # the row itself
+        synthetic = values[0] if abs(values[1] - x) < 1e-6 else values[1]
+        same_class = [v for v, c in real.values() if c == label]
+        assert min(same_class) - 1e-6 <= synthetic <= max(same_class) + 1e-6  # between class rows
+        moved += abs(synthetic - x) > 1e-9
+    assert moved >= 15  # all but rows alone in their group, or lambda near 0
 
 
 def test_jitter_names_each_balanced_row_again_as_a_synthetic_copy_the_loader_augments(spark, tmp_path):

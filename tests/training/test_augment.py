@@ -56,6 +56,25 @@ def test_token_dropout_drops_about_its_share(dropout):
 def test_a_manifest_without_a_read_time_augmentation_gives_none():
     assert Augmentation.of({"augment": "none"}, seed=0, epoch=0) is None
     assert Augmentation.of(None, seed=0, epoch=0) is None
-    assert Augmentation.of({"augment": "smote"}, seed=0, epoch=0) is None
+    assert Augmentation.of({"augment": "smote", "smote_candidates": 8}, seed=0, epoch=0).smote_candidates == 8
     made = Augmentation.of({"augment": "text", "token_dropout": 0.2}, seed=4, epoch=2)
     assert (made.method, made.token_dropout, made.epoch) == ("text", 0.2, 2)
+
+
+def test_smote_interpolates_within_a_class_towards_a_neighbour_of_its_group():
+    from lakeprep_train.augment import smote
+
+    rng = np.random.default_rng(0)
+    numeric = np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(100, 1, (40, 2))]).astype(np.float32)
+    labels = np.repeat([0, 1], 40)
+    out = smote(numeric, labels, 1, 8, np.random.default_rng(5))
+    assert out.dtype == np.float32 and out.shape == numeric.shape
+    # Never towards the other class: class 0 stays near 0, class 1 near 100.
+    assert np.abs(out[:40]).max() < 10 and np.abs(out[40:] - 100).max() < 10
+    assert (np.abs(out - numeric).sum(axis=1) > 0).sum() >= 75
+    again = smote(numeric, labels, 1, 8, np.random.default_rng(5))
+    assert np.array_equal(out, again)
+    second = smote(numeric, labels, 2, 8, np.random.default_rng(5))
+    assert not np.array_equal(second, out)  # the next copy takes the next-nearest neighbour
+    alone = smote(numeric[:1], labels[:1], 1, 8, np.random.default_rng(5))
+    assert np.array_equal(alone, numeric[:1])  # no neighbour: the row as it is

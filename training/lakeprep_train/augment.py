@@ -8,12 +8,15 @@ other, then augments them here, on the fitted features:
   transform's outputs, so in units of the scaled feature);
 - `text`: each token dropped with probability `token_dropout`; the tokens left close up
   to the front of the sequence and the rest is padding (id 0), as the encoded export's
-  synthetic rows are built.
+  synthetic rows are built;
+- `smote`: the numerics moved a random share of the way towards a same-class neighbour
+  among the rows read together (`smote`; categoricals and text stay the row's).
 
 The draws come from a generator seeded by the run's seed, the **epoch**, the entry's
 synthetic copy `k`, its file and row group: a new augmentation every epoch, the same one
-for a row at the same (seed, epoch) on any machine and any world size, whatever threads
-read ahead.
+for a row at the same (seed, epoch) on any machine, whatever threads read ahead, and for
+`jitter` and `text` at any world size (SMOTE's neighbours are the rows a rank reads of
+the group, so they follow the world size).
 Categoricals, labels and ids are the real row's.
 """
 
@@ -26,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-METHODS = ("jitter", "text")
+METHODS = ("jitter", "text", "smote")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Augmentation:
     epoch: int
     jitter_sigma: float = 0.0
     token_dropout: float = 0.0
+    smote_candidates: int = 16
 
     @classmethod
     def of(cls, balance: Mapping[str, Any] | None, *, seed: int, epoch: int) -> Augmentation | None:
@@ -51,6 +55,7 @@ class Augmentation:
             epoch,
             jitter_sigma=float(balance.get("jitter_sigma", 0.0)),
             token_dropout=float(balance.get("token_dropout", 0.0)),
+            smote_candidates=int(balance.get("smote_candidates", 16)),
         )
 
     def apply(
@@ -76,6 +81,8 @@ class Augmentation:
             numeric = block["numeric"]
             noise = rng.standard_normal((group_rows, numeric.shape[1]))[rows]
             out["numeric"] = (numeric + self.jitter_sigma * noise).astype(numeric.dtype)
+        elif self.method == "smote":
+            out["numeric"] = smote(block["numeric"], block["label"], copy, self.smote_candidates, rng)
         else:
             text = block["text"]
             draws = rng.random((group_rows, *text.shape[1:]))[rows]
@@ -90,3 +97,35 @@ def drop_tokens(text: np.ndarray, survives: np.ndarray) -> np.ndarray:
     # A stable sort of "dropped" (False first) moves the kept tokens to the front in order.
     order = np.argsort(~kept, axis=-1, kind="stable")
     return np.take_along_axis(np.where(kept, text, 0), order, axis=-1).astype(text.dtype)
+
+
+def smote(
+    numeric: np.ndarray, labels: np.ndarray, copy: int, candidates: int, rng: np.random.Generator
+) -> np.ndarray:
+    """SMOTE over the rows read together: each row moved a random share `lambda` of the way
+    towards a same-class neighbour.
+
+    The rows of each class are dealt at random into groups of at most `candidates` rows
+    (the bounded candidate set of the Spark export, so the cost stays linear); a row's
+    neighbours are its group's other rows, nearest first (Euclidean on the fitted
+    numerics, ties by position), and its synthetic copy `copy` takes the
+    `(copy - 1) mod (group size - 1)`-th nearest. A row alone in its group (a class of
+    one row in the read) stays as it is.
+    """
+    out = numeric.astype(np.float64, copy=True)
+    lam = rng.random(len(numeric))
+    for label in np.unique(labels):
+        rows = np.flatnonzero(labels == label)
+        rows = rows[rng.permutation(len(rows))]
+        n_groups = -(-len(rows) // candidates)
+        for g in range(n_groups):
+            group = np.sort(rows[g::n_groups])
+            if len(group) < 2:
+                continue
+            x = numeric[group].astype(np.float64)
+            distance = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=-1)
+            np.fill_diagonal(distance, np.inf)
+            nearest = np.argsort(distance, axis=1, kind="stable")
+            neighbour = x[nearest[:, (copy - 1) % (len(group) - 1)]]
+            out[group] = x + lam[group, None] * (neighbour - x)
+    return out.astype(numeric.dtype)

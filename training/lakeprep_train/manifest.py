@@ -376,7 +376,7 @@ def _split_problems(
 
 
 # What the loader needs to make a synthetic row, per read-time augmentation.
-READ_TIME_AUGMENTS = {"jitter": "jitter_sigma", "text": "token_dropout"}
+READ_TIME_AUGMENTS = {"jitter": "jitter_sigma", "text": "token_dropout", "smote": "smote_candidates"}
 
 
 def _synthetic_problems(raw: dict[str, Any]) -> list[str]:

@@ -30,10 +30,8 @@ if TYPE_CHECKING:
 
 
 def export_layout(spec: spec_mod.DatasetSpec) -> str:
-    """`prepared` or `encoded`: what the spec's export writes (`export_shards.shard_layout`)."""
-    from lakeprep_jobs.export_shards import shard_layout
-
-    return shard_layout(spec.stages["export_shards"]["shards"], spec.stages["balance"]["augment"])
+    """`prepared` or `encoded`: what the spec's export writes (`stages.export_shards.shards`)."""
+    return spec.stages["export_shards"]["shards"]
 
 
 def runs_in_worker(spec: spec_mod.DatasetSpec, stages: Sequence[str]) -> bool:
@@ -51,8 +49,8 @@ def _run_stage(
     p = common.params_from(export_shards.ExportParams, params)
     if p.layout != "prepared":
         raise ValueError(
-            f"export_shards writes {p.layout} shards for this run (stages.balance.augment "
-            f"{p.balance.augment!r} or stages.export_shards.shards {p.shards!r}), which Spark writes; "
+            f"export_shards writes {p.layout} shards for this run (stages.export_shards.shards), "
+            "which Spark writes; "
             "the DAG runs it in the worker, as the spec read at parse time asked. Set "
             "stages.export_shards.shards: encoded in the spec file to run it in Spark"
         )
