@@ -52,9 +52,10 @@ def export_event_extra(*, dataset: str, ds: str, partition_uri: str, config_hash
 
 
 def describe_export_events(
-    context: Any, outlets: Sequence[Any], *, dataset: str, ds: str, partition_uri: str, config_hash: str
+    context: Any, outlets: Sequence[Any], spec: Any, *, ds: str, partition_uri: str
 ) -> None:
-    """Give each outlet Asset's event the partition it stands for (its `extra`).
+    """Give each outlet Asset's event the partition it stands for (its `extra`); `spec`: the
+    run's `DatasetSpec`.
 
     Airflow emits the events only when the task succeeds, so they always name a
     committed partition. Asset-triggered consumers have no logical date: the date
@@ -63,7 +64,11 @@ def describe_export_events(
     assets = [outlet for outlet in outlets if isinstance(outlet, Asset)]
     if not assets:
         return
-    extra = export_event_extra(dataset=dataset, ds=ds, partition_uri=partition_uri, config_hash=config_hash)
+    from lakeprep_airflow.spec import config_hash
+
+    extra = export_event_extra(
+        dataset=spec.name, ds=ds, partition_uri=partition_uri, config_hash=config_hash(spec)
+    )
     for asset in assets:
         context["outlet_events"][asset].extra = extra
 

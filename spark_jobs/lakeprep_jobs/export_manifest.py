@@ -277,20 +277,9 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
                 rows_per_rank=plan.rows_per_rank,
                 synthetic_per_row=per_row if split == "train" else 0,
             )
+            held = max(sum(1 for e in shards if e["rank"] == r) for r in range(p.world_size))
             splits[split] = {
-                "rows": plan.rows,
-                "rows_available": available,
-                "class_counts": final[split],
-                "plan": {
-                    "world_size": p.world_size,
-                    "batch_size": p.batch_size,
-                    "rows_per_rank": plan.rows_per_rank,
-                    "steps_per_rank": plan.steps_per_rank,
-                    "shards_per_rank": max(
-                        sum(1 for e in shards if e["rank"] == r) for r in range(p.world_size)
-                    ),
-                    "remainder": p.remainder,
-                },
+                **ex.split_document(p, plan, final[split], held),
                 "shards": shards,
             }
         splits["train"]["class_counts_natural"] = natural["train"]

@@ -771,17 +771,7 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
         shards = write_splits(spark, frames, plans, sizes, staging, p, group_rows)
         for split, plan in plans.items():
             splits[split] = {
-                "rows": plan.rows,
-                "rows_available": plan.rows_available,
-                "class_counts": final[split],
-                "plan": {
-                    "world_size": p.world_size,
-                    "batch_size": p.batch_size,
-                    "rows_per_rank": plan.rows_per_rank,
-                    "steps_per_rank": plan.steps_per_rank,
-                    "shards_per_rank": plan.shards_per_rank,
-                    "remainder": p.remainder,
-                },
+                **split_document(p, plan, final[split], plan.shards_per_rank),
                 "shards": shards[split],
             }
         # The train split as sampled, before balancing and augmentation: the trainer's
@@ -826,6 +816,25 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
         )
     frames["train"].unpersist()
     return report
+
+
+def split_document(
+    p: ExportParams, plan: SplitPlan, class_counts: dict[str, int], shards_per_rank: int
+) -> dict[str, Any]:
+    """A split's `rows`, `rows_available`, `class_counts` and `plan` in the manifest."""
+    return {
+        "rows": plan.rows,
+        "rows_available": plan.rows_available,
+        "class_counts": class_counts,
+        "plan": {
+            "world_size": p.world_size,
+            "batch_size": p.batch_size,
+            "rows_per_rank": plan.rows_per_rank,
+            "steps_per_rank": plan.steps_per_rank,
+            "shards_per_rank": shards_per_rank,
+            "remainder": p.remainder,
+        },
+    }
 
 
 def manifest_document(

@@ -454,12 +454,4 @@ class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
         """The export's Asset events name the committed partition (`retrain.describe_export_events`)."""
         from lakeprep_airflow.retrain import describe_export_events
 
-        spec = self.run_spec()
-        describe_export_events(
-            context,
-            self.outlets,
-            dataset=spec.name,
-            ds=self.run_ds,
-            partition_uri=output,
-            config_hash=spec_mod.config_hash(spec),
-        )
+        describe_export_events(context, self.outlets, self.run_spec(), ds=self.run_ds, partition_uri=output)

@@ -122,12 +122,5 @@ class WindowStageOperator(RunSpecMixin, BaseOperator):
                 raise failure(f"stage {stage} failed: {type(err).__name__}: {err}") from err
             log_rows(self.log, stage, report)
             reports[stage] = report
-        describe_export_events(
-            context,
-            self.outlets,
-            dataset=spec.name,
-            ds=self.run_ds,
-            partition_uri=output,
-            config_hash=spec_mod.config_hash(spec),
-        )
+        describe_export_events(context, self.outlets, spec, ds=self.run_ds, partition_uri=output)
         return reports if self.fused else reports[self.stages[0]]
