@@ -68,6 +68,11 @@ def window_for(ds: str, days: int) -> dict[str, list[str]]:
     return {"days": dates, "complete": [ds], "failed": [], "missing": [], "before_start": dates[:-1]}
 
 
+# The five stages as submissions: the export materialised in Spark (`encoded`), as the
+# preparation parts measure it and the input part reads it (encoded shards, their floors).
+ENCODED_EXPORT = {"stages.export_shards.shards": "encoded"}
+
+
 def _operator(stage: str, lake_root: str, ds: str):
     from lakeprep_airflow.operators.spark_stage import SparkStageOperator
 
@@ -77,6 +82,7 @@ def _operator(stage: str, lake_root: str, ds: str):
         spec_path=str(FLIGHTS_SPEC),
         lake_root=lake_root,
         run_ds=ds,
+        overrides=ENCODED_EXPORT,
         name=f"lakeprep-{stage}-bench",
     )
 
@@ -113,6 +119,7 @@ def fused_commands(
             spec_path=str(FLIGHTS_SPEC),
             lake_root=lake_root,
             run_ds=ds,
+            overrides=ENCODED_EXPORT,
             name=f"lakeprep-{'+'.join(stages)}-bench",
         )
         op.prepare_submission(RUN_ID, decided)
