@@ -98,12 +98,6 @@ class ExportParams:
         if self.shards not in SHARD_LAYOUTS:
             raise ValueError(f"shards {self.shards!r} must be one of {SHARD_LAYOUTS}")
 
-    @property
-    def layout(self) -> str:
-        """The layout this export writes: `prepared` (the loader encodes and augments as it
-        reads) or `encoded` (materialised here)."""
-        return self.shards
-
 
 @dataclasses.dataclass(frozen=True)
 class SplitPlan:
@@ -699,7 +693,7 @@ def sampling_report(
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
-    if p.layout == "prepared":
+    if p.shards == "prepared":
         from lakeprep_jobs import export_manifest
 
         return export_manifest.run(spark, inputs, output, p)

@@ -47,9 +47,9 @@ def _run_stage(
     if stage == "fit_transform":
         return fit_transform.run_on(lake, inputs, output, common.params_from(fit_transform.FitParams, params))
     p = common.params_from(export_shards.ExportParams, params)
-    if p.layout != "prepared":
+    if p.shards != "prepared":
         raise ValueError(
-            f"export_shards writes {p.layout} shards for this run (stages.export_shards.shards), "
+            f"export_shards writes {p.shards} shards for this run (stages.export_shards.shards), "
             "which Spark writes; "
             "the DAG runs it in the worker, as the spec read at parse time asked. Set "
             "stages.export_shards.shards: encoded in the spec file to run it in Spark"
