@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
 
 STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")
+DAILY_STAGES = STAGES[:3]  # the day's own submission (`prepare_day`): statistics and shards
 RUN_ID = "bench__run"
 FLOOR_SCRIPT = REPO / "benchmarks" / "jobs" / "floor.py"
 EMPTY_SCRIPT = REPO / "benchmarks" / "jobs" / "empty.py"

@@ -77,6 +77,12 @@ def test_quick_mode_runs_and_writes_well_formed_results(tmp_path):
     assert set(run["fused"]["submissions"]) == {"validate+preprocess+sample", "fit_transform+export_shards"}
     assert set(run["fused"]["stages"]) == set(STAGES) and spark["same_row_counts"] is True
     assert run["fused_ratio"] == pytest.approx(run["fused_s"] / run["floor"]["wall_s"], rel=1e-2)
+    # The daily path: the first three stages, and the fused day's one submission.
+    daily = sum(run["stages"][s]["wall_s"] for s in ("validate", "preprocess", "sample"))
+    assert run["daily_s"] == pytest.approx(daily, rel=1e-2) and run["daily_s"] < run["staged_s"]
+    assert run["daily_ratio"] == pytest.approx(daily / run["floor"]["wall_s"], rel=1e-2)
+    day = run["fused"]["submissions"]["validate+preprocess+sample"]["wall_s"]
+    assert run["daily_fused_ratio"] == pytest.approx(day / run["floor"]["wall_s"], rel=1e-2)
 
     readers = scale["input"]["runs"][0]
     exported = run["stages"]["export_shards"]["rows_out"]
