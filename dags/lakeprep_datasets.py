@@ -5,15 +5,8 @@ Adding a dataset is adding a YAML file; this file only turns specs into DAGs (se
 their ids as stand-ins whose one task fails with the error, naming the spec file and the
 field (docs/SPEC.md#a-broken-spec); the other specs' DAGs load as usual.
 
-    wait_for_partition >> validate >> preprocess >> sample            (daily)
-        >> wait_for_window >> check_drift >> fit_transform >> export_shards
-        >> gpu_training_handoff                                       (window)
-
-    gpu_training_handoff      (lakeprep_<name>_train: scheduled on the export's Asset,
-                               retrains on an existing export without Spark)
-
-A spec with `spark.fuse_stages` runs the daily stages as one task (`prepare_day`) and
-the window stages as another (`fit_and_export`), one spark-submit each.
+The tasks, their order and where each runs (a spark-submit or the Airflow worker) are
+`lakeprep_airflow.dag_factory`'s, drawn in docs/PIPELINE.md.
 """
 
 from __future__ import annotations
