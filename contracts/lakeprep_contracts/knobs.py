@@ -22,6 +22,21 @@ _SCALINGS = ["standard", "minmax", "robust", "none"]
 _IMPUTES = ["mean", "median"]
 # The handoff's backends (lakeprep_airflow.backends has one module each).
 TRAINING_BACKENDS = ["local", "spark", "kubernetes"]
+# The `kubernetes` backend's job APIs (lakeprep_airflow.backends.kubernetes renders each).
+KUBERNETES_APIS = ["trainjob", "pytorchjob"]
+_DNS_NAME = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# A Kubernetes Toleration (core/v1), as its API reference states the fields.
+_TOLERATION = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "key": {"type": "string"},
+        "operator": {"enum": ["Exists", "Equal"]},
+        "value": {"type": "string"},
+        "effect": {"enum": ["NoSchedule", "PreferNoSchedule", "NoExecute"]},
+        "tolerationSeconds": {"type": "integer"},
+    },
+}
 _ENCODINGS = ["vocab", "hash"]
 _QUANTILE_PAIR = {
     "type": ["array", "null"],
@@ -434,7 +449,8 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "local",
             {"enum": TRAINING_BACKENDS},
             "`local`: torchrun on the Airflow worker; `spark`: `TorchDistributor` on the Spark "
-            "cluster; `kubernetes`: a Kubeflow `PyTorchJob` (docs/TRAINING.md)",
+            "cluster; `kubernetes`: a Kubeflow Trainer job, `TrainJob` or `PyTorchJob` "
+            "(`kubernetes_api`; docs/TRAINING.md)",
             FormField("training_backend", "Training backend", "Training"),
         ),
         Knob(
@@ -514,7 +530,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "namespace",
             "default",
             {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"},
-            "`kubernetes`: namespace of the `PyTorchJob`",
+            "`kubernetes`: namespace of the training job",
         ),
         Knob(
             "gpus_per_worker",
@@ -527,6 +543,49 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             None,
             {"type": ["integer", "null"], "minimum": 1, "maximum": 1024},
             "`kubernetes`: pods (master included); pods x processes per pod must equal `world_size`; "
+        # Where and how the job runs on the cluster, not what it trains: left out of the
+        # config hash (a checkpoint resumes on another node pool).
+        Knob(
+            "kubernetes_api",
+            "trainjob",
+            {"enum": KUBERNETES_APIS},
+            "`kubernetes`: `trainjob`: a Kubeflow Trainer v2 `TrainJob` (trainer.kubeflow.org/v1alpha1, "
+            "Trainer >= 2.2) on the `runtime`; `pytorchjob`: a `PyTorchJob` (kubeflow.org/v1) for "
+            "clusters with the v1 training operator",
+            shapes_data=False,
+        ),
+        Knob(
+            "runtime",
+            None,
+            {"type": ["string", "null"], "pattern": _DNS_NAME},
+            "`kubernetes`, `trainjob`: the `ClusterTrainingRuntime` the TrainJob runs on; null = the "
+            "connection's, else `torch-distributed`",
+            shapes_data=False,
+        ),
+        Knob(
+            "node_selector",
+            None,
+            {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
+            "`kubernetes`: node labels the pods must match (e.g. a GPU node pool); null = the "
+            "connection's",
+            shapes_data=False,
+        ),
+        Knob(
+            "tolerations",
+            None,
+            {"type": ["array", "null"], "items": _TOLERATION},
+            "`kubernetes`: taints the pods tolerate (Kubernetes `Toleration` objects); null = the "
+            "connection's",
+            shapes_data=False,
+        ),
+        Knob(
+            "poll_seconds",
+            30,
+            {"type": "integer", "minimum": 1, "maximum": 3600},
+            "`kubernetes`: seconds between two reads of the job's status by the triggerer while the "
+            "task is deferred",
+            shapes_data=False,
+        ),
             "null = `world_size` / processes per pod",
         ),
     ),
