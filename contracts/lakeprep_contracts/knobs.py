@@ -543,6 +543,8 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             None,
             {"type": ["integer", "null"], "minimum": 1, "maximum": 1024},
             "`kubernetes`: pods (master included); pods x processes per pod must equal `world_size`; "
+            "null = `world_size` / processes per pod",
+        ),
         # Where and how the job runs on the cluster, not what it trains: left out of the
         # config hash (a checkpoint resumes on another node pool).
         Knob(
@@ -585,8 +587,6 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "`kubernetes`: seconds between two reads of the job's status by the triggerer while the "
             "task is deferred",
             shapes_data=False,
-        ),
-            "null = `world_size` / processes per pod",
         ),
     ),
     "spark": (
