@@ -44,6 +44,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from lakeprep_airflow import jobs_package, lake_fs
 from lakeprep_airflow import spec as spec_mod
+from lakeprep_airflow.lineage import SparkLineageMixin
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin, parse_overrides
 
 __all__ = [
@@ -247,7 +248,7 @@ def read_error_file(path: str) -> tuple[str, bool] | None:
     return doc["error"].strip(), doc.get("refusal") is True
 
 
-class SparkStageOperator(RunSpecMixin, SparkSubmitOperator):
+class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
     """Run one lakeprep stage (`validate` ... `export_shards`), or several in one submission, for one date.
 
     :param stage: the stage name, one of `lakeprep_airflow.spec.STAGES`.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from lakeprep_airflow import spec as spec_mod
+from lakeprep_airflow.lineage import StageLineageMixin
 from lakeprep_airflow.operators.spark_stage import StageFailed, StageRefused, chosen_stages, log_rows
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 
@@ -57,7 +58,7 @@ def _run_stage(
     return export_manifest.run_on(lake, inputs, output, p)
 
 
-class WindowStageOperator(RunSpecMixin, BaseOperator):
+class WindowStageOperator(RunSpecMixin, StageLineageMixin, BaseOperator):
     """Run `fit_transform` and/or `export_shards` (a manifest) for one date, in the worker.
 
     :param stage: `fit_transform` or `export_shards`.

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout
 
+from lakeprep_airflow.lineage import PartitionLineageMixin
 from lakeprep_airflow.partition_status import LakeUnreachableError, check_partition
 from lakeprep_airflow.triggers.partition import PartitionCompleteTrigger
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class PartitionSensor(BaseSensorOperator):
+class PartitionSensor(PartitionLineageMixin, BaseSensorOperator):
     """Wait for `uri` to hold a complete partition.
 
     :param uri: the partition URI (`file://`, `hdfs://`, `webhdfs://`). (templated)
