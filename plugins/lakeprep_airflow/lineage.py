@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from attrs import define
 
@@ -71,7 +71,8 @@ def dataset_id(uri: str) -> tuple[str, str]:
     the folders it reads and writes the same way.
     """
     parts = urlsplit(uri)
-    path = parts.path.rstrip("/") or "/"
+    # A path, not a URI: decoded, as the listener's `Path.toUri().getPath()` gives it.
+    path = unquote(parts.path).rstrip("/") or "/"
     if parts.scheme in ("", "file"):
         return "file", path
     if parts.scheme in ("hdfs", "webhdfs") and parts.netloc:
