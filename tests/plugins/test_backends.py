@@ -1,4 +1,4 @@
-"""The handoff's backends: dispatch, the spark and kubernetes settings, the rendered PyTorchJob.
+"""The handoff's backends: dispatch, the spark and kubernetes settings, the rendered jobs.
 
 The PyTorchJob's pod templates and metadata are checked against the Kubernetes API
 schema as the official client models it: deserialized into `V1PodTemplateSpec` /
@@ -17,13 +17,20 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 
 from lakeprep_airflow.backends import BACKENDS, require_backend, trainer_args
 from lakeprep_airflow.backends import kubernetes as k8s
 from lakeprep_airflow.backends import local as local_backend
 from lakeprep_airflow.backends import spark as spark_backend
-from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
+from lakeprep_airflow.operators.handoff import (
+    GpuTrainingHandoffOperator,
+    TrainingJobFailed,
+    TrainingJobRefused,
+)
+from lakeprep_airflow.triggers.training_job import TrainingJobTrigger
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTS = str(REPO / "pipelines" / "flights.yaml")
@@ -304,40 +311,43 @@ def test_kubernetes_backend_renders_only_without_a_connection(lake, monkeypatch)
     result = handoff(lake, backend="kubernetes", gpus_per_worker="1", image="registry/t:1").execute({})
     assert result["submitted"] is False
     job = result["job"]
+    assert (job["kind"], job["spec"]["runtimeRef"]["name"]) == ("TrainJob", "torch-distributed")
     assert job["metadata"]["name"] == f"lakeprep-flights-{RUN_DS}-manual"  # run key outside a run
-    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "registry/t:1"
+    trainer = job["spec"]["trainer"]
+    assert trainer["image"] == "registry/t:1"
     manifest = f"file://{lake}/export_shards/flights/dt={RUN_DS}/manifest.json"
-    assert container["command"][container["command"].index("--manifest") + 1] == manifest
-    assert container["command"][container["command"].index("--output") + 1] == str(
-        lake / "models" / "flights" / f"dt={RUN_DS}"
+    assert trainer["command"][trainer["command"].index("--manifest") + 1] == manifest
+    # The pods write into the lake's staging folder, from which the operator commits.
+    staging = lake / "models" / "flights" / "_staging" / f"dt={RUN_DS}-manual"
+    assert trainer["command"][trainer["command"].index("--output") + 1] == str(staging / "model")
+    assert trainer["command"][trainer["command"].index("--checkpoint-dir") + 1] == str(
+        staging / "checkpoints"
     )
 
 
-def test_kubernetes_backend_submits_through_the_provider_hook(lake, monkeypatch):
-    created: list = []
-
-    class KubernetesHook:  # the provider's hook, as far as the backend uses it
-        def __init__(self, conn_id=None):
-            self.conn_id = conn_id
-
-        def create_custom_object(self, *, group, version, plural, body, namespace=None):
-            created.append((self.conn_id, group, version, plural, namespace, body))
-            return body
-
-    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=KubernetesHook))
+def test_kubernetes_backend_submits_through_the_provider_hook_and_defers(lake, monkeypatch):
+    hook = FakeHook()
+    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=hook))
     monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))
-    result = handoff(lake, backend="kubernetes", namespace="ml").execute({})
-    assert result["submitted"] is True
-    ((conn_id, group, version, plural, namespace, body),) = created
-    assert (conn_id, group, version, plural, namespace) == (
-        "kubernetes_default",
-        "kubeflow.org",
-        "v1",
-        "pytorchjobs",
+    with pytest.raises(TaskDeferred) as deferred:
+        handoff(lake, backend="kubernetes", namespace="ml", poll_seconds="5").execute({})
+    ((call, kwargs),) = [c for c in hook.calls if c[0] == "create"]
+    assert (kwargs["group"], kwargs["version"], kwargs["plural"], kwargs["namespace"]) == (
+        "trainer.kubeflow.org",
+        "v1alpha1",
+        "trainjobs",
         "ml",
     )
-    assert body == result["job"]
+    assert hook.conn_ids == {"kubernetes_default"}
+    trigger = deferred.value.trigger
+    assert deferred.value.method_name == "execute_complete"
+    assert isinstance(trigger, TrainingJobTrigger)
+    assert (trigger.api, trigger.name, trigger.namespace, trigger.poll_seconds) == (
+        "trainjob",
+        kwargs["body"]["metadata"]["name"],
+        "ml",
+        5,
+    )
 
 
 def test_kubernetes_backend_with_a_connection_but_no_provider_fails_clearly(lake, monkeypatch):
@@ -347,3 +357,309 @@ def test_kubernetes_backend_with_a_connection_but_no_provider_fails_clearly(lake
         RuntimeError, match="needs the Airflow provider package apache-airflow-providers-cncf-kubernetes"
     ):
         handoff(lake, backend="kubernetes").execute({})
+
+
+# --------------------------------------------------------------------------- TrainJob
+
+NO_PLACEMENT = {"runtime": "torch-distributed", "node_selector": {}, "tolerations": []}
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def test_train_job_runs_the_trainer_on_the_torch_runtime():
+    placed = {"runtime": "torch-cuda", "node_selector": {"pool": "a100"}, "tolerations": [TOLERATION]}
+    job = k8s.render_train_job(
+        name="lakeprep-flights-2013-01-03",
+        training=training(world_size=4, gpus_per_worker=2, image="registry/lakeprep:1", namespace="ml"),
+        args=ARGS,
+        placed=placed,
+        labels={"lakeprep/dataset": "flights"},
+    )
+    assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    assert job["spec"]["runtimeRef"] == {
+        "name": "torch-cuda",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
+    trainer = job["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"], trainer["image"]) == (2, 2, "registry/lakeprep:1")
+    resources = as_k8s_model(trainer["resourcesPerNode"], "V1ResourceRequirements")
+    assert resources.limits == {"nvidia.com/gpu": "2"}
+    for env in trainer["env"]:
+        as_k8s_model(env, "V1EnvVar")
+    assert not {e["name"] for e in trainer["env"]} & {"PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR"}
+    assert trainer["command"][:5] == [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=2",
+    ]
+    assert trainer["command"][5:] == ["--max-restarts=2", "-m", "lakeprep_train.train", *ARGS]
+    (patch,) = job["spec"]["runtimePatches"]
+    (node,) = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert node["name"] == "node"  # the torch runtime's trainer job and container
+    pod = node["template"]["spec"]["template"]
+    assert as_k8s_model(pod["metadata"], "V1ObjectMeta").labels["lakeprep/dataset"] == "flights"
+    assert pod["spec"]["nodeSelector"] == {"pool": "a100"}
+    assert [as_k8s_model(t, "V1Toleration").key for t in pod["spec"]["tolerations"]] == ["nvidia.com/gpu"]
+    meta = as_k8s_model(job["metadata"], "V1ObjectMeta")
+    assert meta.namespace == "ml" and len(meta.annotations[k8s.DIGEST_ANNOTATION]) == 64
+
+
+def test_train_job_without_gpus_or_placement_asks_for_neither():
+    job = k8s.render_train_job(
+        name="j", training=training(world_size=3, gpus_per_worker=0), args=ARGS, placed=NO_PLACEMENT
+    )
+    assert "resourcesPerNode" not in job["spec"]["trainer"]
+    assert job["spec"]["trainer"]["numNodes"] == 3
+    pod = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    assert "spec" not in pod["template"]["spec"]["template"]
+
+
+def test_pytorch_job_is_kept_for_v1_clusters_with_placement():
+    placed = {"runtime": "unused", "node_selector": {"pool": "gpu"}, "tolerations": [TOLERATION]}
+    job = k8s.render_job(
+        name="j", training=training(kubernetes_api="pytorchjob", world_size=2), args=ARGS, placed=placed
+    )
+    assert job["kind"] == "PyTorchJob"
+    pod = as_k8s_model(job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"], "V1PodTemplateSpec")
+    assert pod.spec.node_selector == {"pool": "gpu"}
+    assert pod.spec.tolerations[0].effect == "NoSchedule"
+    assert pod.spec.containers[0].termination_message_policy == "FallbackToLogsOnError"
+
+
+def test_placement_is_the_specs_else_the_connections_else_the_default():
+    extra = {"runtime": "torch-cuda", "node_selector": {"pool": "gpu"}, "tolerations": [TOLERATION]}
+    assert k8s.placement(training(), extra, "k8s") == extra
+    spec_says = training(node_selector={"pool": "cpu"}, tolerations=[])
+    assert k8s.placement(spec_says, extra, "k8s") == {
+        "runtime": "torch-cuda",
+        "node_selector": {"pool": "cpu"},
+        "tolerations": [],
+    }
+    assert k8s.placement(training(), None, "k8s") == NO_PLACEMENT
+    with pytest.raises(
+        ValueError, match=r"connection 'k8s': extra lakeprep_training.tolerations .* is not valid"
+    ):
+        k8s.placement(training(), {"tolerations": [{"effect": "Sometimes"}]}, "k8s")
+    with pytest.raises(ValueError, match=r"lakeprep_training.image is not a setting it can hold"):
+        k8s.placement(training(), {"image": "x"}, "k8s")
+
+
+# --------------------------------------------------------------------------- job status
+
+
+def trainjob_status(*conditions, active=0):
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "j", "namespace": "ml"},
+        "status": {
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "message": m} for t, r, m in conditions
+            ],
+            "jobsStatus": [
+                {"name": "node", "active": active, "ready": 0, "succeeded": 0, "failed": 0, "suspended": 0}
+            ],
+        },
+    }
+
+
+def test_job_state_reads_both_apis_conditions():
+    submitted = {"kind": "TrainJob", "metadata": {"name": "j"}}
+    assert k8s.job_state(submitted).phase == "pending"
+    assert k8s.job_state(trainjob_status(active=2)).phase == "running"
+    done = k8s.job_state(trainjob_status(("Complete", "JobsCompleted", "all done")))
+    assert (done.phase, done.reason) == ("succeeded", "JobsCompleted")
+    failed = k8s.job_state(trainjob_status(("Failed", "FailedJobs", "jobset failed")))
+    assert failed.describe() == "failed (FailedJobs: jobset failed)"
+    v1 = {
+        "kind": "PyTorchJob",
+        "metadata": {"name": "j"},
+        "status": {
+            "conditions": [
+                {"type": "Created", "status": "True"},
+                {"type": "Running", "status": "False"},
+                {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"},
+            ]
+        },
+    }
+    assert k8s.job_state(v1).phase == "succeeded"
+    v1["status"]["conditions"][1]["status"] = "True"
+    v1["status"]["conditions"].pop()
+    assert k8s.job_state(v1).phase == "running"
+
+
+def failed_pod(name, exit_code, message="", reason="Error", container="node"):
+    return {
+        "metadata": {"name": name},
+        "status": {
+            "containerStatuses": [
+                {
+                    "name": container,
+                    "state": {"terminated": {"exitCode": exit_code, "reason": reason, "message": message}},
+                }
+            ]
+        },
+    }
+
+
+TORCHRUN_SUMMARY = """lakeprep_train.train FAILED
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 2 (pid: 31)"""
+
+
+def test_a_failed_job_reports_its_pods_and_whether_a_retry_could_help():
+    job = trainjob_status(("Failed", "FailedJobs", "jobset failed"))
+    state = k8s.job_state(job)
+    oom = k8s.pod_failures(
+        [failed_pod("j-node-0-1", 137, reason="OOMKilled"), {"metadata": {"name": "ok"}}], "node"
+    )
+    report = k8s.failure_report(job, state, oom)
+    assert report["refusal"] is False
+    assert "pod j-node-0-1 container node exited with 137 (OOMKilled)" in report["message"]
+    refused = k8s.pod_failures([failed_pod("j-node-0-0", 1, TORCHRUN_SUMMARY)], "node")
+    report = k8s.failure_report(job, state, refused)
+    assert report["refusal"] is True and "exitcode  : 2" in report["message"]
+    assert k8s.failure_report(job, state, k8s.pod_failures([failed_pod("p", 2)], "node"))["refusal"]
+    unsupported = trainjob_status(("Failed", "TrainingRuntimeNotSupported", "runtime x"))
+    assert k8s.failure_report(unsupported, k8s.job_state(unsupported), [])["refusal"] is True
+    assert k8s.pod_failures([failed_pod("p", 2, container="sidecar")], "node") == []
+
+
+# --------------------------------------------------------------------------- submission
+
+
+class FakeHook:
+    """The provider's KubernetesHook as `submit`/`delete` use it, over an in-memory API."""
+
+    def __init__(self, existing=None, create_error=None):
+        self.objects = dict(existing or {})
+        self.calls: list = []
+        self.conn_ids: set = set()
+        self.create_error = create_error
+
+    def __call__(self, conn_id=None):
+        self.conn_ids.add(conn_id)
+        return self
+
+    def create_custom_object(self, **kwargs):
+        self.calls.append(("create", kwargs))
+        if self.create_error:
+            raise self.create_error
+        name = kwargs["body"]["metadata"]["name"]
+        if name in self.objects:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.objects[name] = kwargs["body"]
+        return kwargs["body"]
+
+    def get_custom_object(self, *, name, **kwargs):
+        self.calls.append(("get", name))
+        if name not in self.objects:
+            raise ApiException(status=404, reason="NotFound")
+        return self.objects[name]
+
+    def delete_custom_object(self, *, name, **kwargs):
+        self.calls.append(("delete", name, kwargs.get("propagation_policy")))
+        if self.objects.pop(name, None) is None:
+            raise ApiException(status=404, reason="NotFound")
+
+
+def rendered(**changes):
+    return k8s.render_train_job(name="j", training=training(**changes), args=ARGS, placed=NO_PLACEMENT)
+
+
+def with_status(job, *conditions):
+    return {**job, "status": trainjob_status(*conditions)["status"]}
+
+
+def test_a_retry_adopts_its_own_running_job_and_recreates_a_failed_or_changed_one(monkeypatch):
+    job = rendered()
+    hook = FakeHook()
+    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=hook))
+    assert k8s.submit(job, kubernetes_conn_id="k") == "created"
+    hook.objects["j"] = with_status(job)  # running, no condition yet
+    assert k8s.submit(job, kubernetes_conn_id="k") == "adopted"
+    assert not [c for c in hook.calls if c[0] == "delete"]
+    hook.objects["j"] = with_status(job, ("Failed", "FailedJobs", "x"))
+    assert k8s.submit(job, kubernetes_conn_id="k", sleep=lambda s: None) == "recreated"
+    assert ("delete", "j", "Foreground") in hook.calls and "status" not in hook.objects["j"]
+    changed = rendered(image="registry/other:2")  # e.g. the spec changed between tries
+    assert k8s.submit(changed, kubernetes_conn_id="k", sleep=lambda s: None) == "recreated"
+    assert hook.objects["j"] is not job
+
+
+def test_a_job_the_api_refuses_is_a_refusal(monkeypatch):
+    hook = FakeHook(create_error=ApiException(status=422, reason="Invalid"))
+    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=hook))
+    with pytest.raises(k8s.JobRefused, match=r"refused TrainJob default/j \(HTTP 422\)"):
+        k8s.submit(rendered(), kubernetes_conn_id="k")
+    hook.create_error = ApiException(status=404, reason="NotFound")
+    with pytest.raises(k8s.JobRefused, match=r"does not serve trainjobs.trainer.kubeflow.org/v1alpha1"):
+        k8s.submit(rendered(), kubernetes_conn_id="k")
+
+
+# --------------------------------------------------------------------------- completion
+
+
+def event(status, **fields):
+    return {"status": status, "api": "trainjob", "name": "j", "namespace": "ml", **fields}
+
+
+def test_a_succeeded_job_is_committed_like_the_local_backend(lake):
+    op = handoff(lake, backend="kubernetes")
+    staging = lake / "models" / "flights" / "_staging" / f"dt={RUN_DS}-manual"
+    # What the pods leave on the mounted lake: the model folder and their checkpoints.
+    (staging / "model").mkdir(parents=True)
+    (staging / "checkpoints").mkdir()
+    (staging / "model" / "metrics.json").write_text(json.dumps({"validation": {"accuracy": 0.5}}))
+    (staging / "model" / "model.pt").write_bytes(b"weights")
+    result = op.execute_complete({}, event("succeeded", message="TrainJob ml/j: succeeded"))
+    committed = lake / "models" / "flights" / f"dt={RUN_DS}"
+    assert sorted(p.name for p in committed.iterdir()) == ["_SUCCESS", "metrics.json", "model.pt"]
+    assert result["metrics"] == {"validation": {"accuracy": 0.5}}
+    assert result["model_uri"] == f"file://{lake}/models/flights/dt={RUN_DS}"
+    assert not staging.parent.exists()
+
+
+def test_a_succeeded_job_without_a_model_on_the_lake_names_the_mount(lake):
+    with pytest.raises(TrainingJobRefused, match="must mount the lake at the path the worker sees"):
+        handoff(lake, backend="kubernetes").execute_complete({}, event("succeeded"))
+
+
+def test_a_failed_job_fails_the_task_with_its_reason(lake):
+    op = handoff(lake, backend="kubernetes")
+    with pytest.raises(TrainingJobRefused, match="exitcode  : 2") as refused:
+        op.execute_complete(
+            {}, event("failed", message=f"TrainJob ml/j failed\n{TORCHRUN_SUMMARY}", refusal=True)
+        )
+    assert isinstance(refused.value, AirflowFailException)  # no retries
+    with pytest.raises(TrainingJobFailed, match="OOMKilled") as failed:
+        op.execute_complete({}, event("failed", message="pod p exited with 137 (OOMKilled)", refusal=False))
+    assert not isinstance(failed.value, AirflowFailException)  # retried
+    with pytest.raises(TrainingJobFailed, match="deleted: TrainJob ml/j was deleted"):
+        op.execute_complete({}, event("deleted", message="TrainJob ml/j was deleted before it finished"))
+    assert not (lake / "models" / "flights" / f"dt={RUN_DS}").exists()
+
+
+def test_on_kill_deletes_the_submitted_job(lake, monkeypatch):
+    hook = FakeHook()
+    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=hook))
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))
+    op = handoff(lake, backend="kubernetes")
+    op.on_kill()  # nothing submitted yet: nothing to delete
+    with pytest.raises(TaskDeferred):
+        op.execute({})
+    (name,) = hook.objects
+    op.on_kill()
+    assert hook.objects == {} and ("delete", name, "Foreground") in hook.calls
+
+
+def test_kubernetes_backend_refuses_a_lake_the_pods_cannot_write(lake, monkeypatch):
+    op = handoff(lake, backend="kubernetes")
+    with pytest.raises(
+        TrainingJobRefused, match=r"hdfs://nn:8020/lake/models/flights/dt=.* is not a file:// lake"
+    ):
+        op._kubernetes_work(op.run_spec(), f"hdfs://nn:8020/lake/models/flights/dt={RUN_DS}", {})

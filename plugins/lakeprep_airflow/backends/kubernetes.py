@@ -1,29 +1,104 @@
-"""Backend `kubernetes`: a Kubeflow `PyTorchJob` (kubeflow.org/v1) runs the trainer.
+"""Backend `kubernetes`: a Kubeflow Trainer job runs the trainer; the triggerer waits for it.
 
-`render_pytorch_job` is pure: a dict ready for the API (tests check its pod templates
-against the Kubernetes client's models). One Master and `workers - 1` Worker replicas,
-each pod running `torch.distributed.run` with one process per GPU; the training
-operator sets `PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR` and `PET_MASTER_PORT`
-on every pod, which torchrun reads as its defaults.
-https://www.kubeflow.org/docs/components/training/user-guides/pytorch/
+Two job APIs, picked by `training.kubernetes_api`:
 
-`submit` creates it through the cncf-kubernetes provider's `KubernetesHook`; the
-provider is imported only then, so rendering works without it.
+- `trainjob` (default): a Kubeflow Trainer v2 `TrainJob` (trainer.kubeflow.org/v1alpha1,
+  Trainer >= 2.2) on a torch `ClusterTrainingRuntime` (`torch-distributed` unless the spec or
+  the connection names another). `spec.trainer` sets the image, the command, `numNodes`,
+  `numProcPerNode` and the GPU limit; node selector, tolerations and the pods' labels go in
+  a `runtimePatches` entry for the runtime's `node` job. The torch plugin sets `PET_NNODES`,
+  `PET_NPROC_PER_NODE`, `PET_NODE_RANK`, `PET_MASTER_ADDR` and `PET_MASTER_PORT` on the
+  `node` container (kubeflow/trainer pkg/runtime/framework/plugins/torch/torch.go).
+  https://www.kubeflow.org/docs/components/trainer/
+- `pytorchjob`: a `PyTorchJob` (kubeflow.org/v1) for clusters with the v1 training
+  operator: one Master and `workers - 1` Worker replicas, container `pytorch`.
+  https://www.kubeflow.org/docs/components/training/user-guides/pytorch/
+
+Every pod runs `torch.distributed.run` with one process per GPU, then
+`lakeprep_train.train`. Rendering is pure (tests check the pod templates, metadata,
+resources and tolerations against the Kubernetes client's models); `job_state` and
+`pod_failures` read a job's status and its pods as the API returns them, also pure, so
+the trigger that polls them (`lakeprep_airflow.triggers.training_job`) is tested on a
+recorded status sequence. `submit` and `delete` go through the cncf-kubernetes provider's
+`KubernetesHook`, imported only then.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lakeprep_airflow.backends import torchrun_options
 
-GROUP, VERSION, PLURAL, KIND = "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"
 PROVIDER_PACKAGE = "apache-airflow-providers-cncf-kubernetes"
-# The training operator finds the trainer by this container name.
-CONTAINER = "pytorch"
 GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_RUNTIME = "torch-distributed"
+# The connection's extra that holds the cluster's defaults for the null `training` knobs.
+CONNECTION_EXTRA = "lakeprep_training"
+CONNECTION_KNOBS = ("runtime", "node_selector", "tolerations")
+# Annotation with the rendered job's digest: a retry adopts a job only if it is this one.
+DIGEST_ANNOTATION = "lakeprep/rendered-sha256"
+# `lakeprep_train.train.main` returns 2 when it refuses its input (the manifest, the plan,
+# the memory estimate); torchrun reports a child's code as `exitcode : 2` in its summary.
+TRAINER_REFUSAL_EXIT_CODE = 2
+_TORCHRUN_EXIT = re.compile(r"exitcode\s*:\s*(-?\d+)")
+# Failed-condition reasons that another try of the same job cannot change.
+DETERMINISTIC_REASONS = frozenset({"TrainingRuntimeNotSupported"})
+
+
+@dataclass(frozen=True)
+class JobApi:
+    """One Kubeflow job API: where it lives, its container, how its pods are labelled."""
+
+    name: str  # the `training.kubernetes_api` value
+    group: str
+    version: str
+    plural: str
+    kind: str
+    container: str  # the trainer's container, the one the operator/runtime configures
+    pod_label: str  # label whose value is the job's name on every pod of the job
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+
+TRAINJOB = JobApi(
+    "trainjob",
+    "trainer.kubeflow.org",
+    "v1alpha1",
+    "trainjobs",
+    "TrainJob",
+    container="node",
+    # A TrainJob runs as a JobSet of its own name; JobSet labels every pod with it.
+    pod_label="jobset.sigs.k8s.io/jobset-name",
+)
+PYTORCHJOB = JobApi(
+    "pytorchjob",
+    "kubeflow.org",
+    "v1",
+    "pytorchjobs",
+    "PyTorchJob",
+    container="pytorch",
+    pod_label="training.kubeflow.org/job-name",
+)
+APIS = {api.name: api for api in (TRAINJOB, PYTORCHJOB)}
+
+
+def job_api(name: str) -> JobApi:
+    try:
+        return APIS[name]
+    except KeyError:
+        raise ValueError(
+            f"training.kubernetes_api {name!r} is not supported; choose one of {', '.join(APIS)}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- rendering
 
 
 def processes_per_worker(training: Mapping[str, Any]) -> int:
@@ -45,10 +120,11 @@ def worker_count(training: Mapping[str, Any]) -> int:
 
 
 def job_name(dataset: str, run_ds: str, run_key: str | None = None) -> str:
-    """A DNS-1123 name, short enough for the pod names the operator derives from it.
+    """A DNS-1035 label, short enough for the pod names the controllers derive from it.
 
     `run_key` (the handoff's hash of DAG and run) keeps a retrain of a day apart from
-    that day's own job; the date and the key always survive the cut.
+    that day's own job; the date and the key always survive the cut. It starts with
+    `lakeprep-`, so with a letter, as a TrainJob's name must.
     """
     suffix = "-".join(filter(None, [run_ds, run_key]))
     limit = 48 - len(suffix) - 1
@@ -56,17 +132,129 @@ def job_name(dataset: str, run_ds: str, run_key: str | None = None) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", f"{head}-{suffix}".lower()).strip("-")
 
 
-def _pod_template(*, image: str, command: list[str], gpus: int, labels: dict[str, str]) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": image,
-        "command": command,
+def placement(training: Mapping[str, Any], extra: Mapping[str, Any] | None, conn_id: str) -> dict[str, Any]:
+    """`runtime`, `node_selector`, `tolerations`: the spec's, else the connection's, else the default.
+
+    `extra` is the connection's `lakeprep_training` extra, e.g.
+    `{"node_selector": {"pool": "gpu"}, "tolerations": [...], "runtime": "torch-cuda"}`:
+    settings of the cluster, which a spec that states its own overrides. Its values are
+    checked against the knobs' own schemas.
+    """
+    import jsonschema
+
+    from lakeprep_contracts import knobs
+
+    extra = dict(extra or {})
+    unknown = sorted(set(extra) - set(CONNECTION_KNOBS))
+    if unknown:
+        raise ValueError(
+            f"connection {conn_id!r}: extra {CONNECTION_EXTRA}.{unknown[0]} is not a setting it can "
+            f"hold; it can hold {', '.join(CONNECTION_KNOBS)}"
+        )
+    chosen: dict[str, Any] = {}
+    for name in CONNECTION_KNOBS:
+        value = training.get(name)
+        if value is None and extra.get(name) is not None:
+            value = extra[name]
+            try:
+                jsonschema.validate(value, knobs.knob("training", name).schema)
+            except jsonschema.ValidationError as err:
+                raise ValueError(
+                    f"connection {conn_id!r}: extra {CONNECTION_EXTRA}.{name} {value!r} is not valid: "
+                    f"{err.message} (the same form as the spec's training.{name})"
+                ) from err
+        chosen[name] = value
+    chosen["runtime"] = chosen["runtime"] or DEFAULT_RUNTIME
+    chosen["node_selector"] = dict(chosen["node_selector"] or {})
+    chosen["tolerations"] = [dict(t) for t in chosen["tolerations"] or []]
+    return chosen
+
+
+def trainer_command(training: Mapping[str, Any], args: list[str]) -> list[str]:
+    """torchrun on each pod: `workers` nodes of one process per GPU, then the trainer."""
+    return [
+        "python",
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={worker_count(training)}",
+        f"--nproc-per-node={processes_per_worker(training)}",
+        *torchrun_options(training),
+        "-m",
+        "lakeprep_train.train",
+        *args,
+    ]
+
+
+def _gpu_resources(training: Mapping[str, Any]) -> dict[str, Any] | None:
+    # Extended resources are set as limits; the request defaults to the limit.
+    gpus = training["gpus_per_worker"]
+    return {"limits": {GPU_RESOURCE: str(gpus)}} if gpus else None
+
+
+def _labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "lakeprep-trainer", **(labels or {})}
+
+
+def _with_digest(job: dict[str, Any]) -> dict[str, Any]:
+    digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()
+    job["metadata"].setdefault("annotations", {})[DIGEST_ANNOTATION] = digest
+    return job
+
+
+def render_train_job(
+    *,
+    name: str,
+    training: Mapping[str, Any],
+    args: list[str],
+    placed: Mapping[str, Any],
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The TrainJob for `training` on the runtime `placed["runtime"]`."""
+    trainer: dict[str, Any] = {
+        "image": training["image"],
+        "command": trainer_command(training, args),
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "numNodes": worker_count(training),
+        "numProcPerNode": processes_per_worker(training),
     }
-    if gpus:
-        # Extended resources are set as limits; the request defaults to the limit.
-        container["resources"] = {"limits": {GPU_RESOURCE: str(gpus)}}
-    return {"metadata": {"labels": labels}, "spec": {"containers": [container], "restartPolicy": "Never"}}
+    if resources := _gpu_resources(training):
+        trainer["resourcesPerNode"] = resources
+    pod_spec: dict[str, Any] = {}
+    if placed["node_selector"]:
+        pod_spec["nodeSelector"] = dict(placed["node_selector"])
+    if placed["tolerations"]:
+        pod_spec["tolerations"] = [dict(t) for t in placed["tolerations"]]
+    pod_template: dict[str, Any] = {"metadata": {"labels": _labels(labels)}}
+    if pod_spec:
+        pod_template["spec"] = pod_spec
+    patch = {
+        "manager": "lakeprep",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {"name": TRAINJOB.container, "template": {"spec": {"template": pod_template}}}
+                    ]
+                }
+            }
+        },
+    }
+    return _with_digest(
+        {
+            "apiVersion": TRAINJOB.api_version,
+            "kind": TRAINJOB.kind,
+            "metadata": {"name": name, "namespace": training["namespace"], "labels": _labels(labels)},
+            "spec": {
+                "runtimeRef": {
+                    "name": placed["runtime"],
+                    "apiGroup": TRAINJOB.group,
+                    "kind": "ClusterTrainingRuntime",
+                },
+                "trainer": trainer,
+                "runtimePatches": [patch],
+            },
+        }
+    )
 
 
 def render_pytorch_job(
@@ -74,55 +262,291 @@ def render_pytorch_job(
     name: str,
     training: Mapping[str, Any],
     args: list[str],
+    placed: Mapping[str, Any] | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The PyTorchJob for `training` (image, namespace, gpus_per_worker, workers)."""
+    """The PyTorchJob for `training`: one Master, `workers - 1` Workers."""
+    placed = placed or {"node_selector": {}, "tolerations": []}
     workers = worker_count(training)
-    per_pod = processes_per_worker(training)
-    command = [
-        "python",
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={workers}",
-        f"--nproc-per-node={per_pod}",
-        *torchrun_options(training),
-        "-m",
-        "lakeprep_train.train",
-        *args,
-    ]
-    pod_labels = {"app.kubernetes.io/name": "lakeprep-trainer", **(labels or {})}
+    container: dict[str, Any] = {
+        "name": PYTORCHJOB.container,
+        "image": training["image"],
+        "command": trainer_command(training, args),
+        "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        # A failed container's last log lines become its termination message, which the
+        # trigger reports when the job fails.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if resources := _gpu_resources(training):
+        container["resources"] = resources
+    pod_spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+    if placed["node_selector"]:
+        pod_spec["nodeSelector"] = dict(placed["node_selector"])
+    if placed["tolerations"]:
+        pod_spec["tolerations"] = [dict(t) for t in placed["tolerations"]]
     replica = {
         "restartPolicy": "Never",
-        "template": _pod_template(
-            image=training["image"], command=command, gpus=training["gpus_per_worker"], labels=pod_labels
-        ),
+        "template": {"metadata": {"labels": _labels(labels)}, "spec": pod_spec},
     }
     replicas = {"Master": {"replicas": 1, **replica}}
     if workers > 1:
-        replicas["Worker"] = {"replicas": workers - 1, **replica}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": KIND,
-        "metadata": {"name": name, "namespace": training["namespace"], "labels": pod_labels},
-        "spec": {
-            "nprocPerNode": str(per_pod),
-            # A failed rank fails the job (and the Airflow task's retry starts a new one).
-            "runPolicy": {"backoffLimit": 0, "cleanPodPolicy": "None"},
-            "pytorchReplicaSpecs": replicas,
-        },
-    }
+        replicas["Worker"] = {"replicas": workers - 1, **json.loads(json.dumps(replica))}
+    return _with_digest(
+        {
+            "apiVersion": PYTORCHJOB.api_version,
+            "kind": PYTORCHJOB.kind,
+            "metadata": {"name": name, "namespace": training["namespace"], "labels": _labels(labels)},
+            "spec": {
+                "nprocPerNode": str(processes_per_worker(training)),
+                # A failed rank fails the job (and the Airflow task's retry starts a new one).
+                "runPolicy": {"backoffLimit": 0, "cleanPodPolicy": "None"},
+                "pytorchReplicaSpecs": replicas,
+            },
+        }
+    )
 
 
-def submit(job: Mapping[str, Any], *, kubernetes_conn_id: str) -> dict[str, Any]:
-    """Create `job` in its namespace through the provider's KubernetesHook."""
+def render_job(
+    *,
+    name: str,
+    training: Mapping[str, Any],
+    args: list[str],
+    placed: Mapping[str, Any],
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The job of `training.kubernetes_api`."""
+    render = render_train_job if job_api(training["kubernetes_api"]) is TRAINJOB else render_pytorch_job
+    return render(name=name, training=training, args=args, placed=placed, labels=labels)
+
+
+def api_of(job: Mapping[str, Any]) -> JobApi:
+    """The JobApi of a rendered or fetched job, by its kind."""
+    for api in APIS.values():
+        if job.get("kind") == api.kind:
+            return api
+    raise ValueError(f"not a Kubeflow training job: kind {job.get('kind')!r}")
+
+
+# --------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True)
+class JobState:
+    """Where a job is: `pending`, `running`, `succeeded`, `failed` or `suspended`, and why."""
+
+    phase: str
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.phase in ("succeeded", "failed")
+
+    def describe(self) -> str:
+        why = ": ".join(filter(None, [self.reason, self.message]))
+        return f"{self.phase} ({why})" if why else self.phase
+
+
+def _true_conditions(job: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return {c.get("type"): c for c in conditions if str(c.get("status")) == "True"}
+
+
+def job_state(job: Mapping[str, Any]) -> JobState:
+    """The state of a job as the API returns it (its `status.conditions`).
+
+    TrainJob: `Complete`, `Failed`, `Suspended` (trainjob_types.go); running is any job
+    with active child jobs (`status.jobsStatus[].active`). PyTorchJob: `Created`,
+    `Running`, `Restarting`, `Succeeded`, `Failed` (the v1 training operator's JobCondition).
+    """
+    api = api_of(job)
+    true = _true_conditions(job)
+    done = "Complete" if api is TRAINJOB else "Succeeded"
+    for kind, phase in ((done, "succeeded"), ("Failed", "failed"), ("Suspended", "suspended")):
+        if kind in true:
+            return JobState(phase, true[kind].get("reason") or "", true[kind].get("message") or "")
+    if api is TRAINJOB:
+        jobs = (job.get("status") or {}).get("jobsStatus") or []
+        running = any((j.get("active") or 0) > 0 or (j.get("ready") or 0) > 0 for j in jobs)
+    else:
+        running = "Running" in true or "Restarting" in true
+    return JobState("running" if running else "pending")
+
+
+@dataclass(frozen=True)
+class PodFailure:
+    """A container of the job's pods that ended with a non-zero exit code."""
+
+    pod: str
+    container: str
+    exit_code: int
+    reason: str
+    message: str
+
+    def refuses(self) -> bool:
+        """The trainer refused its input: exit code 2 itself, or as torchrun reports a child's."""
+        if self.exit_code == TRAINER_REFUSAL_EXIT_CODE:
+            return True
+        return any(int(code) == TRAINER_REFUSAL_EXIT_CODE for code in _TORCHRUN_EXIT.findall(self.message))
+
+
+def pod_failures(pods: list[Mapping[str, Any]], container: str) -> list[PodFailure]:
+    """The failed trainer containers of `pods` (the API's Pod objects as JSON), by pod name."""
+    failures = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") != container:
+                continue
+            for state in (status.get("state"), status.get("lastState")):
+                terminated = (state or {}).get("terminated")
+                if terminated and terminated.get("exitCode"):
+                    failures.append(
+                        PodFailure(
+                            pod=pod["metadata"]["name"],
+                            container=container,
+                            exit_code=int(terminated["exitCode"]),
+                            reason=terminated.get("reason") or "",
+                            message=(terminated.get("message") or "").strip(),
+                        )
+                    )
+                    break
+    return failures
+
+
+def failure_report(job: Mapping[str, Any], state: JobState, failures: list[PodFailure]) -> dict[str, Any]:
+    """The task's error for a failed job: the job's reason, each failed pod's, and whether
+    another try could end differently (`refusal`)."""
+    api, name = api_of(job), job["metadata"]["name"]
+    lines = [f"{api.kind} {job['metadata'].get('namespace')}/{name} failed: {state.describe()}"]
+    for f in failures:
+        lines.append(f"pod {f.pod} container {f.container} exited with {f.exit_code} ({f.reason})")
+        if f.message:
+            lines.append(f.message)
+    refusal = state.reason in DETERMINISTIC_REASONS or any(f.refuses() for f in failures)
+    if refusal:
+        lines.append(
+            "this failure repeats on every try (the trainer refused its input, exit code 2, or "
+            "the cluster refused the job): fix the spec or the export, then clear the task"
+        )
+    return {"message": "\n".join(lines), "refusal": refusal}
+
+
+# --------------------------------------------------------------------------- the API
+
+
+class JobRefused(ValueError):
+    """The API refused the job (invalid object, unknown kind or runtime): a retry would too."""
+
+
+def _hook(kubernetes_conn_id: str, job: Mapping[str, Any]) -> Any:
     try:
         from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     except ImportError as err:
         raise RuntimeError(
-            f"submitting the {KIND} {job['metadata']['name']!r} needs the Airflow provider package "
+            f"submitting the {job['kind']} {job['metadata']['name']!r} needs the Airflow provider package "
             f"{PROVIDER_PACKAGE} (pip install {PROVIDER_PACKAGE}); the rendered job is in the task log"
         ) from err
-    hook = KubernetesHook(conn_id=kubernetes_conn_id)
-    return hook.create_custom_object(
-        group=GROUP, version=VERSION, plural=PLURAL, body=dict(job), namespace=job["metadata"]["namespace"]
+    return KubernetesHook(conn_id=kubernetes_conn_id)
+
+
+def _status(err: BaseException) -> int | None:
+    return getattr(err, "status", None) if type(err).__name__ == "ApiException" else None
+
+
+def submit(
+    job: Mapping[str, Any],
+    *,
+    kubernetes_conn_id: str,
+    log: Callable[..., None] = lambda *a: None,
+    wait_gone_seconds: float = 120.0,
+    sleep: Callable[[float], None] | None = None,
+) -> str:
+    """Create `job`; returns `created`, `adopted` or `recreated`.
+
+    A job of that name exists when the task is retried (the try that created it was
+    killed, or the triggerer lost it). It is adopted when it is this very job (same
+    rendered digest) and has not failed: a running job keeps its progress, a finished one
+    is collected. A failed one, or one rendered from other settings, is deleted and
+    created again: the retry is meant to run it again (its trainer resumes from the
+    checkpoint on the lake).
+    """
+    import time
+
+    sleep = sleep or time.sleep
+    hook = _hook(kubernetes_conn_id, job)
+    api, meta = api_of(job), job["metadata"]
+    where = dict(group=api.group, version=api.version, plural=api.plural, namespace=meta["namespace"])
+    label = f"{api.kind} {meta['namespace']}/{meta['name']}"
+
+    def create() -> None:
+        try:
+            hook.create_custom_object(body=dict(job), **where)
+        except Exception as err:
+            status = _status(err)
+            if status in (400, 404, 422):
+                raise JobRefused(
+                    f"the API refused {label} (HTTP {status}): {getattr(err, 'body', err)}; "
+                    + (
+                        f"the cluster does not serve {api.plural}.{api.group}/{api.version}: install "
+                        "Kubeflow Trainer or set training.kubernetes_api"
+                        if status == 404
+                        else "check training.image, runtime, node_selector and tolerations"
+                    )
+                ) from err
+            raise
+
+    try:
+        create()
+        return "created"
+    except Exception as err:
+        if _status(err) != 409:
+            raise
+    existing = hook.get_custom_object(name=meta["name"], **where)
+    same = (existing["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) == meta["annotations"][
+        DIGEST_ANNOTATION
+    ]
+    state = job_state(existing)
+    if same and state.phase != "failed":
+        log("%s exists (%s), rendered the same: adopting it", label, state.describe())
+        return "adopted"
+    log(
+        "%s exists (%s%s): deleting it and creating it again",
+        label,
+        state.describe(),
+        "" if same else ", rendered from other settings",
     )
+    delete(job, kubernetes_conn_id=kubernetes_conn_id)
+    deadline = time.monotonic() + wait_gone_seconds
+    while True:
+        try:
+            hook.get_custom_object(name=meta["name"], **where)
+        except Exception as err:
+            if _status(err) == 404:
+                break
+            raise
+        if time.monotonic() >= deadline:
+            raise RuntimeError(f"{label} was deleted but is still there after {wait_gone_seconds:.0f} s")
+        sleep(2.0)
+    create()
+    return "recreated"
+
+
+def delete(job: Mapping[str, Any], *, kubernetes_conn_id: str) -> bool:
+    """Delete `job` and its pods; False when it was already gone."""
+    hook = _hook(kubernetes_conn_id, job)
+    api, meta = api_of(job), job["metadata"]
+    try:
+        hook.delete_custom_object(
+            group=api.group,
+            version=api.version,
+            plural=api.plural,
+            name=meta["name"],
+            namespace=meta["namespace"],
+            # The pods go with the job, before it is gone (no orphan keeps a GPU).
+            propagation_policy="Foreground",
+        )
+    except Exception as err:
+        if _status(err) == 404:
+            return False
+        raise
+    return True

@@ -11,9 +11,14 @@ docs/TRAINING.md); an unknown one fails before any work, listing the backends.
   task log; a non-zero exit fails the task with the trainer's last line.
 - `spark` runs the same entry point through `TorchDistributor` on the Spark cluster of
   the `spark_conn_id` connection; the outputs are read and copied as for `local`.
-- `kubernetes` renders a Kubeflow `PyTorchJob` reading the manifest from the lake, logs
-  it, and submits it when the `kubernetes_conn_id` connection exists; the task returns
-  the job (it does not wait for it).
+- `kubernetes` renders a Kubeflow Trainer `TrainJob` (or a v1 `PyTorchJob`, by
+  `training.kubernetes_api`) reading the manifest from the lake and writing the model to
+  the lake's staging folder (a `file://` lake the pods mount at the same path), submits
+  it when the `kubernetes_conn_id` connection exists, and defers: `TrainingJobTrigger`
+  polls the job from the triggerer, so no worker slot is held while it trains. On success
+  `execute_complete` commits the model folder as for `local`; on failure it fails the task
+  with the job's reason and the failed pods' messages, without retries when the trainer
+  refused its input. `on_kill` (and the trigger's, while deferred) deletes the job.
 
 The model folder lands like every stage's partition: the trainer writes it under
 `models/<dataset>/_staging/dt=<ds>-<run key>/` (with its checkpoints beside it), and
@@ -45,14 +50,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.backends import local as local_backend
 from lakeprep_airflow.backends import require_backend, trainer_args
 from lakeprep_airflow.backends.local import trainer_command
-from lakeprep_airflow.lineage import HandoffLineageMixin
 from lakeprep_airflow.locations import (
     contracts_dir,
     require_lake_root,
@@ -154,7 +158,16 @@ def copy_export_down(fs: lake_fs.LakeFS, lake_path: str, export_path: str, local
     return local_export / "manifest.json"
 
 
-class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator):
+class TrainingJobRefused(AirflowFailException, ValueError):
+    """The Kubernetes job cannot succeed as rendered: the API refused it, the trainer refused
+    its input, or the lake is not one the pods write to. Fails without retries."""
+
+
+class TrainingJobFailed(AirflowException):
+    """The Kubernetes job failed, or vanished, for a reason another try may not meet."""
+
+
+class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
     """Train on the run's manifest and record the trainer's metrics.
 
     :param spec_path: the dataset spec (training section: backend, world_size, epochs). (templated)
@@ -164,7 +177,9 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
     :param webhdfs_conn_id: connection used for `hdfs://` lakes.
     :param spark_conn_id: Spark connection (its master) of the `spark` backend.
     :param kubernetes_conn_id: cncf-kubernetes connection of the `kubernetes` backend; the
-        job is rendered and logged but not submitted while no such connection exists.
+        job is rendered and logged but not submitted while no such connection exists. Its
+        extra `lakeprep_training` may hold the cluster's `runtime`, `node_selector` and
+        `tolerations`, used where the spec leaves them null.
     """
 
     template_fields: Sequence[str] = RUN_SPEC_FIELDS
@@ -199,7 +214,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
         if not fs.exists(lake_fs.join(export_path, "manifest.json")):
             raise FileNotFoundError(f"no manifest at {export_uri}/manifest.json; did export_shards run?")
         if backend == "kubernetes":
-            return self._submit_pytorch_job(spec, export_uri, output_uri, context)
+            return self._train_on_kubernetes(spec, export_uri, output_uri, context)
 
         remote = urlparse(export_uri).scheme not in ("", "file")
         out_fs, out_path = lake_fs.resolve(output_uri, webhdfs_conn_id=self.webhdfs_conn_id)
@@ -265,6 +280,23 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
             command = trainer_command(args=args, training=training)
             self.log.info("running trainer: %s", " ".join(command))
             local_backend.run_trainer(command, env=env, cwd=str(work), manifest_uri=where)
+        return self._commit_trained(
+            out_fs, work, staged, out_path, remote=remote, export_uri=export_uri, output_uri=output_uri
+        )
+
+    def _commit_trained(
+        self,
+        out_fs: lake_fs.LakeFS,
+        work: Path,
+        staged: str,
+        out_path: str,
+        *,
+        remote: bool,
+        export_uri: str,
+        output_uri: str,
+    ) -> dict[str, Any]:
+        """Read the trainer's metrics, commit `work/model` as the run's model folder, clean up."""
+        model_dir = work / "model"
         metrics = json.loads((model_dir / "metrics.json").read_text())
         (model_dir / layout.SUCCESS).write_bytes(b"")
         self._commit(out_fs, model_dir, staged, out_path, remote=remote)
@@ -303,47 +335,125 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
         fs.replace(source, out_path)
         self.log.info("committed %s", out_path)
 
-    def _submit_pytorch_job(
+    def _kubernetes_work(self, spec: spec_mod.DatasetSpec, output_uri: str, context: Context) -> tuple:
+        """(lake fs, model path in it, staging path, work folder) of a kubernetes run.
+
+        The pods write the model where the operator commits it from: the lake's own staging
+        folder, so the lake must be a `file://` one the pods mount at the same path.
+        """
+        out_fs, out_path = lake_fs.resolve(output_uri, webhdfs_conn_id=self.webhdfs_conn_id)
+        if urlparse(output_uri).scheme not in ("", "file"):
+            raise TrainingJobRefused(
+                f"training.backend kubernetes writes the model to the lake's staging folder, which "
+                f"the pods must mount at the same path: {output_uri} is not a file:// lake (mount the "
+                "lake in the pods and the worker as file://, or train with backend local or spark)"
+            )
+        staged = staging_path(out_path, run_key(context))
+        return out_fs, out_path, staged, Path(staged)
+
+    def _train_on_kubernetes(
         self, spec: spec_mod.DatasetSpec, export_uri: str, output_uri: str, context: Context
     ) -> dict[str, Any]:
-        """Render the run's PyTorchJob, log it, submit it when the connection exists."""
+        """Render the run's job, submit it (adopting this run's own), defer to its trigger."""
         from airflow.sdk import BaseHook
         from airflow.sdk.exceptions import AirflowNotFoundException
 
         from lakeprep_airflow.backends import kubernetes as k8s_backend
+        from lakeprep_airflow.triggers.training_job import TrainingJobTrigger
 
         training = spec.training
-        out = urlparse(output_uri)
-        output = out.path if out.scheme in ("", "file") else "/outputs"
-        job = k8s_backend.render_pytorch_job(
-            name=k8s_backend.job_name(spec.name, self.run_ds, run_key(context)),
-            training=training,
-            # The pods read the manifest from the lake; a file:// lake must be mounted at
-            # the same path (docs/TRAINING.md), which is also where the model goes.
-            args=trainer_args(
-                manifest=f"{export_uri}/manifest.json",
-                output=output,
-                training=training,
-                seed=spec.stages["sample"]["seed"],
-                # Beside the model, on the same mount: a restarted pod's trainer resumes.
-                checkpoint_dir=f"{output}/_checkpoints",
-            ),
-            labels={"lakeprep/dataset": spec.name, "lakeprep/run-ds": self.run_ds},
-        )
-        self.log.info("PyTorchJob: %s", json.dumps(job, sort_keys=True))
-        result = {"backend": "kubernetes", "manifest_uri": f"{export_uri}/manifest.json", "job": job}
+        _, _, _, work = self._kubernetes_work(spec, output_uri, context)
         try:
-            BaseHook.get_connection(self.kubernetes_conn_id)
+            extra = BaseHook.get_connection(self.kubernetes_conn_id).extra_dejson
         except AirflowNotFoundException:
-            self.log.warning("no connection %r: PyTorchJob rendered, not submitted", self.kubernetes_conn_id)
+            extra = None
+        try:
+            placed = k8s_backend.placement(
+                training, (extra or {}).get(k8s_backend.CONNECTION_EXTRA), self.kubernetes_conn_id
+            )
+            job = k8s_backend.render_job(
+                name=k8s_backend.job_name(spec.name, self.run_ds, run_key(context)),
+                training=training,
+                # The pods read the manifest from the lake and write beside its staging folder,
+                # the checkpoints next to the model: a restarted pod's trainer resumes.
+                args=trainer_args(
+                    manifest=f"{export_uri}/manifest.json",
+                    output=str(work / "model"),
+                    training=training,
+                    seed=spec.stages["sample"]["seed"],
+                    checkpoint_dir=str(work / "checkpoints"),
+                ),
+                placed=placed,
+                labels={"lakeprep/dataset": spec.name, "lakeprep/run-ds": self.run_ds},
+            )
+        except ValueError as err:
+            raise TrainingJobRefused(str(err)) from err
+        kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
+        self.log.info("%s: %s", kind, json.dumps(job, sort_keys=True))
+        result = {"backend": "kubernetes", "manifest_uri": f"{export_uri}/manifest.json", "job": job}
+        if extra is None:
+            self.log.warning("no connection %r: %s rendered, not submitted", self.kubernetes_conn_id, kind)
             return {**result, "submitted": False}
-        k8s_backend.submit(job, kubernetes_conn_id=self.kubernetes_conn_id)
-        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        if (work / "model").exists():
+            self.log.info("removing %s, left by an earlier attempt (its checkpoints stay)", work / "model")
+            shutil.rmtree(work / "model")
+        self._job = job
+        try:
+            outcome = k8s_backend.submit(job, kubernetes_conn_id=self.kubernetes_conn_id, log=self.log.info)
+        except k8s_backend.JobRefused as err:
+            raise TrainingJobRefused(str(err)) from err
         self.log.info(
-            "submitted PyTorchJob %s/%s; logs: kubectl logs -f -n %s -l training.kubeflow.org/job-name=%s",
+            "%s %s/%s %s; logs: kubectl logs -f -n %s -l %s=%s --prefix",
+            kind,
             namespace,
             name,
+            outcome,
             namespace,
+            k8s_backend.api_of(job).pod_label,
             name,
         )
-        return {**result, "submitted": True}
+        self.defer(
+            trigger=TrainingJobTrigger(
+                api=training["kubernetes_api"],
+                name=name,
+                namespace=namespace,
+                kubernetes_conn_id=self.kubernetes_conn_id,
+                poll_seconds=training["poll_seconds"],
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The trigger's event: commit the model of a finished job, or fail with the job's reason."""
+        label = f"{event.get('name')} in namespace {event.get('namespace')}"
+        status = event.get("status")
+        if status == "failed":
+            if event.get("refusal"):
+                raise TrainingJobRefused(event["message"])
+            raise TrainingJobFailed(event["message"])
+        if status != "succeeded":
+            # `deleted` (killed by someone else) or `error` (the API unreachable): a retry
+            # submits again and resumes from the checkpoint.
+            raise TrainingJobFailed(f"training job {label}: {status}: {event.get('message')}")
+        self.log.info("%s", event.get("message"))
+        spec = self.run_spec()
+        export_uri, output_uri = self.locations(spec)
+        out_fs, out_path, staged, work = self._kubernetes_work(spec, output_uri, context)
+        if not (work / "model" / "metrics.json").exists():
+            raise TrainingJobRefused(
+                f"training job {label} succeeded but left no {work / 'model' / 'metrics.json'}: the "
+                "pods must mount the lake at the path the worker sees (docs/TRAINING.md)"
+            )
+        return self._commit_trained(
+            out_fs, work, staged, out_path, remote=False, export_uri=export_uri, output_uri=output_uri
+        )
+
+    def on_kill(self) -> None:
+        """Delete the job this try submitted (while deferred, the trigger's on_kill does)."""
+        job = getattr(self, "_job", None)
+        if job is None:
+            return
+        from lakeprep_airflow.backends import kubernetes as k8s_backend
+
+        if k8s_backend.delete(job, kubernetes_conn_id=self.kubernetes_conn_id):
+            self.log.info("deleted %s %s", job["kind"], job["metadata"]["name"])
