@@ -392,8 +392,8 @@ def spark_listener_conf(conf: Mapping[str, str], context: Context) -> dict[str, 
     provider's parent-job properties (`inject_parent_job_information_into_spark_properties`:
     the Airflow task's job name and run id, and the DAG run's), so the application's events
     hang under the task's. Settings already in `conf` (`spark.openlineage.*` from the
-    spec's `spark.conf`) win. Unchanged when lineage is off or the transport is of a kind the
-    listener is not given (logged).
+    spec's `spark.conf`) win. Unchanged when lineage is off, the transport is of a kind the
+    listener is not given, or the jar cannot be had (both logged as warnings).
     """
     from airflow.providers.openlineage import conf as ol_conf
 
@@ -407,6 +407,12 @@ def spark_listener_conf(conf: Mapping[str, str], context: Context) -> dict[str, 
             _provider_transport().get("type"),
         )
         return dict(conf)
+    try:
+        jar = listener_jar()
+    except (FileNotFoundError, RuntimeError) as err:
+        # Lineage observes the data work; a listener that cannot be had must not stop it.
+        log.warning("the Spark application runs without the OpenLineage listener: %s", err)
+        return dict(conf)
     from airflow.providers.openlineage.utils.spark import (
         inject_parent_job_information_into_spark_properties,
     )
@@ -417,6 +423,6 @@ def spark_listener_conf(conf: Mapping[str, str], context: Context) -> dict[str, 
         **inject_parent_job_information_into_spark_properties({}, context),
     }
     out = {**added, **conf}
-    out["spark.jars"] = _append(conf, "spark.jars", str(listener_jar()))
+    out["spark.jars"] = _append(conf, "spark.jars", str(jar))
     out["spark.extraListeners"] = _append(conf, "spark.extraListeners", SPARK_LISTENER_CLASS)
     return out

@@ -231,7 +231,13 @@ def test_the_listener_joins_the_submission_only_when_lineage_is_on(provider_conf
     assert lineage.spark_listener_conf(conf, context)["spark.jars"] == conf["spark.jars"]
 
 
-def test_a_missing_shipped_jar_is_named(monkeypatch, tmp_path):
+def test_a_missing_jar_is_named_and_the_stage_runs_without_the_listener(
+    provider_conf, monkeypatch, tmp_path, caplog
+):
     monkeypatch.setenv(lineage.SPARK_LISTENER_JAR_ENV, str(tmp_path / "absent.jar"))
     with pytest.raises(FileNotFoundError, match="LAKEPREP_OPENLINEAGE_SPARK_JAR"):
         lineage.listener_jar()
+    provider_conf(transport='{"type": "console"}')
+    given = {"spark.sql.shuffle.partitions": "4"}
+    assert lineage.spark_listener_conf(given, {"ti": None}) == given
+    assert "without the OpenLineage listener" in caplog.text and "absent.jar" in caplog.text
