@@ -61,6 +61,9 @@ land-demo-data: $(STAMP)
 # the dates and the raw partitions are checked first (lakeprep_airflow/run_dataset.py).
 # Each spark-submit maps Spark's classes from a class-data archive (dumped once, ~40 s;
 # docs/PIPELINE.md, "Faster JVM start-ups"); an explicit SPARK_SUBMIT_OPTS wins.
+# Lineage on by default: every task's OpenLineage events, one JSON line each (docs/LINEAGE.md).
+run: export AIRFLOW__OPENLINEAGE__TRANSPORT ?= {"type": "file", "log_file_path": "$(AIRFLOW_HOME)/openlineage-events.jsonl", "append": true}
+run: export AIRFLOW__OPENLINEAGE__NAMESPACE ?= lakeprep
 run: $(STAMP) $(AIRFLOW_HOME)/airflow.db
 	$(BIN)/python -m lakeprep_airflow.run_dataset --dataset "$(DATASET)" --from "$(FROM)" --to "$(TO)" \
 	  --lake "$(AIRFLOW_VAR_LAKEPREP_LAKE_ROOT)" --spark-cache $(VENV)/lakeprep-cache
