@@ -2,7 +2,7 @@
 
 - `local`: torchrun on the Airflow worker (`lakeprep_airflow.backends.local`).
 - `spark`: `TorchDistributor` on the Spark cluster (`lakeprep_airflow.backends.spark`).
-- `kubernetes`: a Kubeflow `PyTorchJob` (`lakeprep_airflow.backends.kubernetes`).
+- `kubernetes`: a Kubeflow Trainer `TrainJob` or `PyTorchJob` (`lakeprep_airflow.backends.kubernetes`).
 
 The names are declared once, as the `training.backend` knob's enum; every backend runs
 the same entry point, `lakeprep_train.train`, with the argv of `trainer_args`. Heavy
