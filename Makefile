@@ -94,10 +94,11 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-# A real single-node HDFS and Spark standalone cluster on 127.0.0.1 (see docs/CLUSTERS.md).
+# A real single-node HDFS, Spark standalone and YARN cluster on 127.0.0.1 (see docs/CLUSTERS.md).
 cluster-up: $(STAMP)
-	$(BIN)/python hadoop/cluster.py up
-	@echo 'use it: eval "$$($(BIN)/python hadoop/cluster.py env)"'
+	$(BIN)/python hadoop/cluster.py up --yarn
+	@echo 'Spark standalone: eval "$$($(BIN)/python hadoop/cluster.py env)"'
+	@echo 'Spark on YARN:    eval "$$($(BIN)/python hadoop/cluster.py env --yarn)"'
 
 cluster-down:
 	python3 hadoop/cluster.py down

@@ -1,14 +1,15 @@
-"""A real single-node HDFS + Spark standalone cluster on loopback, for tests and local runs.
+"""A real single-node HDFS + Spark standalone (+ YARN) cluster on loopback, for tests and local runs.
 
-    python hadoop/cluster.py up       # fetch Hadoop if needed, format once, start, wait
-    eval "$(python hadoop/cluster.py env)"
-    python hadoop/cluster.py status   # exit 0 when every service is up, 3 otherwise
-    python hadoop/cluster.py down
+    python hadoop/cluster.py up [--yarn]       # fetch Hadoop if needed, format once, start, wait
+    eval "$(python hadoop/cluster.py env [--yarn])"
+    python hadoop/cluster.py status [--yarn]   # exit 0 when every service is up, 3 otherwise
+    python hadoop/cluster.py down              # stops YARN too if it runs
 
 Services, all bound to 127.0.0.1 on fixed ports (the defaults below; each can be moved
 with LAKEPREP_NN_RPC_PORT, LAKEPREP_NN_HTTP_PORT, LAKEPREP_DN_DATA_PORT,
 LAKEPREP_DN_HTTP_PORT, LAKEPREP_DN_IPC_PORT, LAKEPREP_SPARK_MASTER_PORT,
-LAKEPREP_SPARK_MASTER_UI_PORT, LAKEPREP_SPARK_WORKER_UI_PORT):
+LAKEPREP_SPARK_MASTER_UI_PORT, LAKEPREP_SPARK_WORKER_UI_PORT, and for YARN LAKEPREP_RM_*_PORT,
+LAKEPREP_NM_*_PORT after the fields of ``Ports``):
 
 - NameNode and DataNode: Hadoop 3.5.0 from Maven Central (``hadoop/pom.xml`` copies the
   jars to ``hadoop/.dist``), run with plain ``java`` because there is no Hadoop tarball
@@ -16,6 +17,11 @@ LAKEPREP_SPARK_MASTER_UI_PORT, LAKEPREP_SPARK_WORKER_UI_PORT):
   the pyspark 4.3.0 wheel, and the first Hadoop whose server side supports Java 17.
 - Spark standalone master and one worker: ``spark-class`` from the venv's pyspark, so
   the cluster runs exactly the Spark that ``spark-submit`` and the jobs use.
+- With ``--yarn`` (``up(yarn=True)``): a YARN ResourceManager and one NodeManager from the
+  same Hadoop artifacts, sized for a small shared machine (``yarn_site``); the client
+  environment (``client_env(yarn=True)``) then points Spark at YARN in cluster deploy
+  mode, with a Spark conf dir that makes the NodeManager's containers use the venv's
+  Spark jars and Python. Without it nothing of YARN starts.
 
 Every wait gives up after LAKEPREP_CLUSTER_TIMEOUT seconds (120) and reports the endpoint
 and the tail of the relevant log.
@@ -138,6 +144,14 @@ class Ports:
     spark_master: int = 7077
     spark_master_ui: int = 8080
     spark_worker_ui: int = 8081
+    rm_rpc: int = 8032
+    rm_scheduler: int = 8030
+    rm_tracker: int = 8031
+    rm_admin: int = 8033
+    rm_http: int = 8088
+    nm_rpc: int = 8041
+    nm_localizer: int = 8040
+    nm_http: int = 8042
 
     @classmethod
     def from_env(cls) -> Ports:
@@ -169,6 +183,16 @@ class Cluster:
     @property
     def client_conf_dir(self) -> Path:
         return self.state_dir / "client-conf"
+
+    @property
+    def client_spark_conf_dir(self) -> Path:
+        """SPARK_CONF_DIR for spark-submit against YARN (``client_env(yarn=True)``)."""
+        return self.state_dir / "client-conf" / "spark-yarn"
+
+    @property
+    def yarn_dir(self) -> Path:
+        """The NodeManager's local dirs (localized files, container work dirs) and container logs."""
+        return self.data_dir / "yarn"
 
     @property
     def data_dir(self) -> Path:
@@ -224,7 +248,8 @@ def fetch(force: bool = False) -> bool:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise ClusterError("mvn not found on PATH; Maven 3 is needed to fetch Hadoop 3.5.0 jars")
-    for stale in (LIB, DIST / "webapps", DIST_STAMP):
+    # target/ holds the unpack goal's markers: left behind, Maven would skip the webapps.
+    for stale in (LIB, DIST / "webapps", DIST / "target", DIST_STAMP):
         if stale.is_dir():
             shutil.rmtree(stale)
         elif stale.exists():
@@ -302,6 +327,16 @@ def write_configs(cluster: Cluster) -> None:
         )
     )
 
+    yarn_addresses = {name: value for name, value in yarn_site(cluster).items() if name.endswith(".address")}
+    (cluster.conf_dir / "yarn-site.xml").write_text(_hadoop_xml(yarn_site(cluster)))
+    (cluster.conf_dir / "capacity-scheduler.xml").write_text(_hadoop_xml(CAPACITY_SCHEDULER))
+    # Clients need the ResourceManager's addresses; Spark ships this folder to the
+    # application master too, which asks the scheduler address for containers.
+    (cluster.client_conf_dir / "yarn-site.xml").write_text(
+        _hadoop_xml({"yarn.resourcemanager.hostname": HOST, **yarn_addresses})
+    )
+    write_yarn_spark_conf(cluster)
+
     # Passed as --properties-file, which also puts the state dir into the daemons'
     # command lines so that ``down`` can recognise them.
     cluster.spark_conf_dir.mkdir(parents=True, exist_ok=True)
@@ -312,6 +347,86 @@ def write_configs(cluster: Cluster) -> None:
         "# Remove finished applications' dirs from data/spark-work after a day.\n"
         "spark.worker.cleanup.enabled true\n"
         "spark.worker.cleanup.appDataTtl 86400\n"
+    )
+
+
+# YARN's queues: `default` and `ml` (the one the tests submit to, so that the connection's
+# queue is seen to reach YARN). CapacityScheduler admits application masters up to 10 % of
+# a queue by default, less than one Spark driver on this NodeManager: allow them all.
+YARN_QUEUES = ("default", "ml")
+CAPACITY_SCHEDULER = {
+    "yarn.scheduler.capacity.root.queues": ",".join(YARN_QUEUES),
+    **{f"yarn.scheduler.capacity.root.{queue}.capacity": "50" for queue in YARN_QUEUES},
+    **{f"yarn.scheduler.capacity.root.{queue}.maximum-capacity": "100" for queue in YARN_QUEUES},
+    "yarn.scheduler.capacity.maximum-am-resource-percent": "1.0",
+}
+# What the NodeManager offers. A Spark driver or executor of 1 GiB asks 1.375 GiB (384 MiB
+# overhead), rounded up to 1.5 GiB: 4 GiB hold a cluster-mode driver and one executor, or
+# a client-mode application master and two executors. Nothing reserves this memory up front;
+# it is a ceiling on what the containers may use on a 24 GiB machine shared with others.
+# vcores are not enforced without cgroups: 4 on 2 cores only lets the containers start.
+NM_MEMORY_MB = 4096
+NM_VCORES = 4
+
+
+def yarn_site(cluster: Cluster) -> dict[str, str]:
+    """yarn-site.xml of the ResourceManager and the NodeManager (all on loopback)."""
+    ports = cluster.ports
+    return {
+        "yarn.resourcemanager.hostname": HOST,
+        "yarn.resourcemanager.address": f"{HOST}:{ports.rm_rpc}",
+        "yarn.resourcemanager.scheduler.address": f"{HOST}:{ports.rm_scheduler}",
+        "yarn.resourcemanager.resource-tracker.address": f"{HOST}:{ports.rm_tracker}",
+        "yarn.resourcemanager.admin.address": f"{HOST}:{ports.rm_admin}",
+        "yarn.resourcemanager.webapp.address": f"{HOST}:{ports.rm_http}",
+        "yarn.nodemanager.hostname": HOST,
+        "yarn.nodemanager.address": f"{HOST}:{ports.nm_rpc}",
+        "yarn.nodemanager.localizer.address": f"{HOST}:{ports.nm_localizer}",
+        "yarn.nodemanager.webapp.address": f"{HOST}:{ports.nm_http}",
+        "yarn.nodemanager.resource.memory-mb": str(NM_MEMORY_MB),
+        "yarn.nodemanager.resource.cpu-vcores": str(NM_VCORES),
+        "yarn.scheduler.minimum-allocation-mb": "512",
+        "yarn.scheduler.maximum-allocation-mb": str(NM_MEMORY_MB),
+        "yarn.scheduler.maximum-allocation-vcores": str(NM_VCORES),
+        # A JVM reserves far more virtual memory than it uses (2.1 x physical is the
+        # default limit): the virtual-memory check kills healthy containers.
+        "yarn.nodemanager.vmem-check-enabled": "false",
+        "yarn.nodemanager.local-dirs": str(cluster.yarn_dir / "local"),
+        "yarn.nodemanager.log-dirs": str(cluster.yarn_dir / "logs"),
+        # No log aggregation: a finished container's logs stay on the NodeManager, where
+        # its web services serve them (what SparkStageOperator reads the driver's log from).
+        "yarn.log-aggregation-enable": "false",
+        "yarn.nodemanager.log.retain-seconds": "86400",
+        # The NodeManager registers with a ResourceManager that starts beside it: retry
+        # every second (default 30 s), give up after a minute (default 15 minutes).
+        "yarn.resourcemanager.connect.retry-interval.ms": "1000",
+        "yarn.resourcemanager.connect.max-wait.ms": "60000",
+        "yarn.nodemanager.disk-health-checker.max-disk-utilization-per-disk-percentage": "98",
+        # SIGTERM to SIGKILL for a container the NodeManager stops (default 5 s).
+        "yarn.nodemanager.process-kill-wait.ms": "1000",
+    }
+
+
+def write_yarn_spark_conf(cluster: Cluster) -> None:
+    """spark-defaults.conf for submissions to this YARN (``client_env(yarn=True)``).
+
+    The NodeManager runs on this machine, so its containers can use the venv's own Spark
+    jars and Python instead of an upload of 460 MB of jars with every submission (a real
+    cluster sets ``spark.yarn.archive`` to a copy on HDFS, docs/CLUSTERS.md).
+    """
+    cluster.client_spark_conf_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        spark_home = _spark_home()
+    except ClusterError:
+        return  # `status`/`down` without pyspark: `up` needs it and fails there
+    python = spark_home.parents[3] / "bin" / "python"  # <venv>/lib/python3.x/site-packages/pyspark
+    (cluster.client_spark_conf_dir / "spark-defaults.conf").write_text(
+        "# Generated by hadoop/cluster.py at `up`: Spark on the loopback YARN.\n"
+        f"spark.yarn.jars local:{spark_home}/jars/*\n"
+        "# The driver (cluster mode) and the executors run the venv's interpreter.\n"
+        f"spark.pyspark.python {python}\n"
+        "# One executor: a driver and an executor fill the NodeManager's 4 GiB.\n"
+        "spark.executor.instances 1\n"
     )
 
 
@@ -329,6 +444,7 @@ class Service:
     heap: str
     port: int  # a listening port that proves the daemon is serving
     endpoint: str  # what status prints
+    stop_grace_s: float = STOP_GRACE_S  # SIGTERM to SIGKILL
 
 
 def services(cluster: Cluster) -> list[Service]:
@@ -382,6 +498,41 @@ def services(cluster: Cluster) -> list[Service]:
             endpoint=f"http://{HOST}:{ports.spark_worker_ui}",
         ),
     ]
+
+
+def yarn_services(cluster: Cluster) -> list[Service]:
+    """The ResourceManager and the NodeManager, in start order; only ``up(yarn=True)`` starts them."""
+    ports = cluster.ports
+    return [
+        Service(
+            name="resourcemanager",
+            runtime="hadoop",
+            main_class="org.apache.hadoop.yarn.server.resourcemanager.ResourceManager",
+            args=(),
+            heap="384m",
+            port=ports.rm_http,
+            endpoint=f"{HOST}:{ports.rm_rpc} http://{HOST}:{ports.rm_http}",
+        ),
+        Service(
+            name="nodemanager",
+            runtime="hadoop",
+            main_class="org.apache.hadoop.yarn.server.nodemanager.NodeManager",
+            args=(),
+            heap="256m",
+            port=ports.nm_http,
+            endpoint=f"{HOST}:{ports.nm_rpc} http://{HOST}:{ports.nm_http}",
+            # On SIGTERM the NodeManager kills its containers within about 2 s
+            # (`process-kill-wait.ms` below), then waits up to 10 s for each of its
+            # thread pools while its finished applications' logs are kept (measured
+            # 15 s and more): nothing of value is left after 5 s.
+            stop_grace_s=5.0,
+        ),
+    ]
+
+
+def all_services(cluster: Cluster) -> list[Service]:
+    """Every daemon ``down`` and ``stop_service`` know, in start order."""
+    return [*services(cluster), *yarn_services(cluster)]
 
 
 def _java() -> str:
@@ -442,7 +593,9 @@ def launch_command(cluster: Cluster, service: Service) -> tuple[list[str], dict[
     """argv and extra environment that start the service. Only starting needs java and
     pyspark, so ``status`` and ``down`` work even where they are missing."""
     if service.runtime == "hadoop":
-        return _hadoop_command(cluster, service), {}
+        # The NodeManager's containers start `$JAVA_HOME/bin/java` (Spark's launch
+        # command), JAVA_HOME taken from the NodeManager's environment.
+        return _hadoop_command(cluster, service), {"JAVA_HOME": str(Path(_java()).resolve().parents[1])}
     spark_home = _spark_home()
     argv = [str(spark_home / "bin" / "spark-class"), service.main_class, *service.args]
     return argv, _spark_env(cluster, service, spark_home)
@@ -560,7 +713,7 @@ def _stop(cluster: Cluster, service: Service) -> bool:
     pid_file = _pid_file(cluster, service)
     pid = running_pid(cluster, service)
     if pid is not None:
-        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5.0)):
+        for sig, grace in ((signal.SIGTERM, service.stop_grace_s), (signal.SIGKILL, 5.0)):
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
@@ -692,6 +845,40 @@ def _spark_worker_alive(cluster: Cluster) -> str | None:
     return None if alive else f"no ALIVE worker yet ({len(workers)} known)"
 
 
+def _rm_get(cluster: Cluster, path: str) -> dict:
+    response = _http("GET", f"http://{HOST}:{cluster.ports.rm_http}/ws/v1/cluster/{path}")
+    if response.status != 200:
+        raise ValueError(f"GET /ws/v1/cluster/{path} answered {response.status}: {response.body[:300]!r}")
+    return json.loads(response.body)
+
+
+def _resourcemanager_active(cluster: Cluster) -> str | None:
+    info = _rm_get(cluster, "info")["clusterInfo"]
+    if info["state"] != "STARTED" or info["haState"] != "ACTIVE":
+        return f"ResourceManager state {info['state']}, HA state {info['haState']}"
+    return None
+
+
+def _nodemanager_running(cluster: Cluster) -> str | None:
+    """Our NodeManager registered and RUNNING (UNHEALTHY, e.g. a full disk, says why)."""
+    nodes = (_rm_get(cluster, "nodes")["nodes"] or {}).get("node", [])
+    # The node id carries the name the NodeManager resolves its address to (`localhost`).
+    address = f"{HOST}:{cluster.ports.nm_rpc}"
+    ours = [node for node in nodes if node["id"].endswith(f":{cluster.ports.nm_rpc}")]
+    if not ours:
+        return f"NodeManager {address} not registered yet ({len(nodes)} node(s) known)"
+    if ours[0]["state"] != "RUNNING":
+        return f"NodeManager {address} is {ours[0]['state']}: {ours[0].get('healthReport', '')}"
+    return None
+
+
+def _wait_for_yarn(cluster: Cluster, rm: Service, nm: Service, watched: Sequence[Service]) -> None:
+    rm_info = f"http://{HOST}:{cluster.ports.rm_http}/ws/v1/cluster/info"
+    _wait(cluster, "the ResourceManager", rm_info, _resourcemanager_active, watched, rm)
+    nodes = f"http://{HOST}:{cluster.ports.rm_http}/ws/v1/cluster/nodes"
+    _wait(cluster, "a RUNNING NodeManager", nodes, _nodemanager_running, watched, nm)
+
+
 # --------------------------------------------------------------------------- lifecycle
 
 
@@ -760,11 +947,13 @@ def _wait_for_hdfs(
     )
 
 
-def up(state_dir: str | os.PathLike[str] | None = None) -> dict:
-    """Start whatever is not running yet and wait until HDFS and Spark really serve.
+def up(state_dir: str | os.PathLike[str] | None = None, *, yarn: bool = False) -> dict:
+    """Start whatever is not running yet and wait until HDFS and Spark (and YARN) really serve.
 
-    Idempotent: live daemons from the pid files are kept, so a second call only re-checks.
-    Returns ``{"state_dir", "pids": {service: pid}, "started": [service], "seconds", "env"}``.
+    Idempotent: live daemons from the pid files are kept, so a second call only re-checks,
+    and ``up(yarn=True)`` on a running cluster adds only the ResourceManager and NodeManager.
+    Returns ``{"state_dir", "pids": {service: pid}, "started": [service], "seconds", "env"}``
+    (``env``: ``client_env(yarn=yarn)``).
     """
     began = time.monotonic()
     cluster = cluster_config(state_dir)
@@ -772,8 +961,9 @@ def up(state_dir: str | os.PathLike[str] | None = None) -> dict:
     for folder in (cluster.logs_dir, cluster.pids_dir, cluster.data_dir):
         folder.mkdir(parents=True, exist_ok=True)
     write_configs(cluster)
-    everything = services(cluster)
-    namenode, datanode, master, worker = everything
+    namenode, datanode, master, worker = services(cluster)
+    resourcemanager, nodemanager = yarn_services(cluster)
+    everything = all_services(cluster) if yarn else services(cluster)
     _check_ports_free(cluster, [service for service in everything if running_pid(cluster, service) is None])
     if running_pid(cluster, namenode) is None:
         _format_if_new(cluster, namenode)
@@ -781,9 +971,8 @@ def up(state_dir: str | os.PathLike[str] | None = None) -> dict:
     # Start early, wait late: JVM start-up is most of the time, so the daemons boot side
     # by side. Only the worker waits for an ALIVE master before it starts, because its
     # registration retries back off by 5-15 s.
-    started = [
-        service.name for service in (namenode, datanode, master) if _start_unless_running(cluster, service)
-    ]
+    early = (namenode, datanode, master, *((resourcemanager, nodemanager) if yarn else ()))
+    started = [service.name for service in early if _start_unless_running(cluster, service)]
     master_json = f"http://{HOST}:{cluster.ports.spark_master_ui}/json/"
     _wait(cluster, "the Spark master", master_json, _spark_master_alive, (namenode, datanode, master), master)
     if _start_unless_running(cluster, worker):
@@ -791,22 +980,24 @@ def up(state_dir: str | os.PathLike[str] | None = None) -> dict:
     _wait_for_hdfs(cluster, namenode, datanode, everything)
     _create_lake_dirs(cluster)
     _wait(cluster, "an ALIVE Spark worker", master_json, _spark_worker_alive, everything, worker)
+    if yarn:
+        _wait_for_yarn(cluster, resourcemanager, nodemanager, everything)
     return {
         "state_dir": str(cluster.state_dir),
         "pids": {service.name: running_pid(cluster, service) for service in everything},
         "started": started,
         "seconds": round(time.monotonic() - began, 1),
-        "env": client_env(cluster.state_dir),
+        "env": client_env(cluster.state_dir, yarn=yarn),
     }
 
 
 def down(state_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """Stop the daemons this state dir started, in reverse order; returns those stopped.
+    """Stop the daemons this state dir started (YARN's included), in reverse order; returns those stopped.
 
     A pid file whose process is gone or is no longer ours is just removed.
     """
     cluster = cluster_config(state_dir)
-    return [service.name for service in reversed(services(cluster)) if _stop(cluster, service)]
+    return [service.name for service in reversed(all_services(cluster)) if _stop(cluster, service)]
 
 
 def stop_service(name: str, state_dir: str | os.PathLike[str] | None = None) -> bool:
@@ -815,17 +1006,17 @@ def stop_service(name: str, state_dir: str | os.PathLike[str] | None = None) -> 
     Returns whether it was running.
     """
     cluster = cluster_config(state_dir)
-    by_name = {service.name: service for service in services(cluster)}
+    by_name = {service.name: service for service in all_services(cluster)}
     if name not in by_name:
         raise ClusterError(f"unknown service {name!r}; expected one of {sorted(by_name)}")
     return _stop(cluster, by_name[name])
 
 
-def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, dict]:
-    """Per service: pid (None if not running), endpoint, and up (ours and listening)."""
+def status(state_dir: str | os.PathLike[str] | None = None, *, yarn: bool = False) -> dict[str, dict]:
+    """Per service (YARN's with ``yarn``): pid (None if not running), endpoint, up (ours, listening)."""
     cluster = cluster_config(state_dir)
     report = {}
-    for service in services(cluster):
+    for service in all_services(cluster) if yarn else services(cluster):
         pid = running_pid(cluster, service)
         report[service.name] = {
             "pid": pid,
@@ -835,11 +1026,38 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, dict]:
     return report
 
 
-def client_env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
-    """Environment for clients of this cluster: Airflow connections/variables, Spark, HDFS."""
+def yarn_connection(cluster: Cluster, queue: str = "ml") -> str:
+    """The Spark connection for this YARN: cluster deploy mode, a queue, the RM's web address.
+
+    The address is what the provider's `yarn_track_via_rm_api` polls and kills through,
+    and where SparkStageOperator finds the driver's log.
+    """
+    extra = {
+        "deploy-mode": "cluster",
+        "queue": queue,
+        "yarn_resourcemanager_webapp_address": f"http://{HOST}:{cluster.ports.rm_http}",
+    }
+    return json.dumps({"conn_type": "spark", "host": "yarn", "extra": extra})
+
+
+def client_env(state_dir: str | os.PathLike[str] | None = None, *, yarn: bool = False) -> dict[str, str]:
+    """Environment for clients of this cluster: Airflow connections/variables, Spark, HDFS.
+
+    With ``yarn``, Spark goes to the ResourceManager in cluster deploy mode (queue `ml`),
+    with the Spark conf dir ``write_yarn_spark_conf`` writes.
+    """
     cluster = cluster_config(state_dir)
     ports = cluster.ports
     webhdfs = {"conn_type": "webhdfs", "host": HOST, "port": ports.nn_http, "login": cluster.user}
+    if yarn:
+        return {
+            "AIRFLOW_CONN_WEBHDFS_DEFAULT": json.dumps(webhdfs),
+            "AIRFLOW_CONN_SPARK_DEFAULT": yarn_connection(cluster),
+            "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": f"hdfs://{HOST}:{ports.nn_rpc}/lake",
+            "HADOOP_CONF_DIR": str(cluster.client_conf_dir),
+            "SPARK_CONF_DIR": str(cluster.client_spark_conf_dir),
+            "SPARK_LOCAL_IP": HOST,
+        }
     return {
         "AIRFLOW_CONN_WEBHDFS_DEFAULT": json.dumps(webhdfs),
         # SparkSubmitHook turns conn_type spark + host + port into spark://127.0.0.1:7077.
@@ -863,26 +1081,30 @@ def _print_status(report: dict[str, dict]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("fetch", "up", "down", "status", "env"))
-    command = parser.parse_args(argv).command
+    parser.add_argument(
+        "--yarn", action="store_true", help="up/status/env: the YARN ResourceManager and NodeManager too"
+    )
+    args = parser.parse_args(argv)
+    command, yarn = args.command, args.yarn
     try:
         if command == "fetch":
             began = time.monotonic()
             ran = fetch()
             print(f"{DIST}: {'fetched' if ran else 'already complete'} ({time.monotonic() - began:.1f} s)")
         elif command == "up":
-            result = up()
-            _print_status(status())
+            result = up(yarn=yarn)
+            _print_status(status(yarn=yarn))
             print(f"up in {result['seconds']} s; started: {', '.join(result['started']) or 'nothing'}")
-            print('clients: eval "$(python hadoop/cluster.py env)"')
+            print(f'clients: eval "$(python hadoop/cluster.py env{" --yarn" if yarn else ""})"')
         elif command == "down":
             stopped = down()
             print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
         elif command == "status":
-            report = status()
+            report = status(yarn=yarn)
             _print_status(report)
             return 0 if all(row["up"] for row in report.values()) else EXIT_NOT_ALL_UP
         else:
-            for name, value in client_env().items():
+            for name, value in client_env(yarn=yarn).items():
                 print(f"export {name}={shlex.quote(value)}")
     except ClusterError as err:
         print(f"cluster {command}: {err}", file=sys.stderr)

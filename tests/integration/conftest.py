@@ -42,6 +42,36 @@ def hdfs_spark_cluster() -> Iterator[dict]:
         cluster_module.down()
 
 
+@pytest.fixture(scope="session")
+def yarn_cluster(hdfs_spark_cluster) -> Iterator[dict]:
+    """The cluster with YARN's ResourceManager and NodeManager too, started for the first
+    test that asks (the other tests do not pay for them); its YARN client environment.
+
+    Nothing is exported here, since most tests of the run use the standalone master:
+    take the environment with `yarn_env` (one test) or pass ``["env"]`` to a subprocess.
+    YARN is stopped at the end unless it was already up.
+    """
+    was_up = all(row["up"] for row in cluster_module.status(yarn=True).values())
+    try:
+        started = cluster_module.up(yarn=True)
+    except BaseException:
+        for name in ("nodemanager", "resourcemanager"):
+            cluster_module.stop_service(name)
+        raise
+    yield started
+    if not was_up:
+        for name in ("nodemanager", "resourcemanager"):
+            cluster_module.stop_service(name)
+
+
+@pytest.fixture
+def yarn_env(yarn_cluster, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """For one test: Spark on the cluster's YARN (cluster deploy mode, queue `ml`)."""
+    for name, value in yarn_cluster["env"].items():
+        monkeypatch.setenv(name, value)
+    return yarn_cluster["env"]
+
+
 @pytest.fixture(autouse=True)
 def no_in_process_driver_outlives_a_cluster_test(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test on the cluster starts without this process's local Spark session and leaves

@@ -131,3 +131,32 @@ def test_spark_submit_writes_and_reads_parquet_on_hdfs(hdfs_spark_cluster: dict,
     with urllib.request.urlopen(master_json, timeout=10) as response:
         master = json.load(response)
     assert app_name in {app["name"] for app in master["completedapps"]}
+
+
+@pytest.mark.integration
+def test_yarn_serves_its_queues_and_its_nodemanager_stops_quickly(yarn_cluster: dict) -> None:
+    """ResourceManager and NodeManager up (readiness: an ACTIVE RM, a RUNNING node), the
+    queues and the node's size as configured, and `down`'s NodeManager stop well under its
+    own 15 s of shutdown waits."""
+    import time
+
+    report = cluster.status(yarn=True)
+    assert report["resourcemanager"]["up"] and report["nodemanager"]["up"]
+    rm = f"http://127.0.0.1:{PORTS.rm_http}/ws/v1/cluster"
+    with urllib.request.urlopen(f"{rm}/scheduler", timeout=10) as response:
+        queues = json.load(response)["scheduler"]["schedulerInfo"]["queues"]["queue"]
+    assert sorted(queue["queueName"] for queue in queues) == ["default", "ml"]
+    with urllib.request.urlopen(f"{rm}/nodes", timeout=10) as response:
+        (node,) = json.load(response)["nodes"]["node"]
+    assert node["state"] == "RUNNING"
+    assert node["totalResource"]["memory"] == cluster.NM_MEMORY_MB
+    assert yarn_cluster["env"]["SPARK_CONF_DIR"].endswith("spark-yarn")
+    assert json.loads(yarn_cluster["env"]["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "yarn"
+
+    began = time.monotonic()
+    assert cluster.stop_service("nodemanager") is True
+    stopped_in = time.monotonic() - began
+    assert not cluster.status(yarn=True)["nodemanager"]["up"]
+    again = cluster.up(yarn=True)
+    assert again["started"] == ["nodemanager"]
+    assert stopped_in < 8, f"the NodeManager took {stopped_in:.1f} s to stop"
