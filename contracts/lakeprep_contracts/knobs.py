@@ -106,18 +106,17 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             {},
             {
                 "type": "object",
-                "propertyNames": {"pattern": "^-?[0-9]+$"},
                 "additionalProperties": _FRACTION,
             },
-            "per-class shares, keys are class values as strings; each stratum keeps exactly "
-            "`floor(share * n + 1/2)` of its n rows, shared among its splits by largest remainder",
+            "per-class shares, keys are the classes as `label.classes` lists them (`1`, `setosa`); "
+            "each stratum keeps exactly `floor(share * n + 1/2)` of its n rows, shared among its "
+            "splits by largest remainder",
         ),
         Knob(
             "class_counts",
             {},
             {
                 "type": "object",
-                "propertyNames": {"pattern": "^-?[0-9]+$"},
                 "additionalProperties": {"type": "integer", "minimum": 0},
             },
             "per-class rows kept per day, exactly (capped at the class's rows), shared among the "

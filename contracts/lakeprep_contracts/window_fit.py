@@ -73,8 +73,15 @@ class FitParams:
     selector_label_type: str = "categorical"
     pca_components: int | None = None
     pca_variance: float | None = None
+    # Named classes in id order (lakeprep_contracts.labels): the transform's `label.names`,
+    # the id -> class map serving prints; None for integer classes.
+    label_names: list[Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.label_names is not None and len(self.label_names) != len(self.label_classes):
+            raise ValueError(
+                f"label_names {self.label_names!r} must name each of label_classes {self.label_classes!r}"
+            )
         for col in self.numeric:
             q = col.get("clip_quantiles")
             if q is not None and not (0 <= q[0] < q[1] <= 1):
@@ -384,7 +391,12 @@ def fit(stats: SplitStatistics, p: FitParams) -> tuple[dict[str, Any], dict[str,
         "fitted_on": {"split": "train", "rows": rows, "partitions": list(stats.partitions)},
         "contract": p.contract,
         "id": {"column": p.id_column, "output": layout.ID},
-        "label": {"column": p.label_column, "output": layout.LABEL, "classes": p.label_classes},
+        "label": {
+            "column": p.label_column,
+            "output": layout.LABEL,
+            "classes": p.label_classes,
+            **({"names": p.label_names} if p.label_names is not None else {}),
+        },
         "numeric": chosen.numeric,
         "categorical": chosen.categorical,
         "text": text,

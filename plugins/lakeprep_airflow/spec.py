@@ -26,7 +26,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from lakeprep_contracts import knobs, layout
+from lakeprep_contracts import knobs, labels, layout
 
 logger = logging.getLogger(__name__)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -113,7 +113,13 @@ SPEC_SCHEMA: dict[str, Any] = {
             "required": ["column", "classes"],
             "properties": {
                 "column": _NAME,
-                "classes": {"type": "array", "minItems": 2, "items": {"type": "integer"}},
+                # Integer classes, or named ones (any JSON scalars): lakeprep_contracts.labels.
+                "classes": {
+                    "type": "array",
+                    "minItems": 2,
+                    "uniqueItems": True,
+                    "items": {"type": ["integer", "string", "boolean", "number"]},
+                },
             },
         },
         "references": {
@@ -299,8 +305,12 @@ def _check_semantics(spec: DatasetSpec, checks_cache: Path | None = None) -> Non
     splits = spec.stages["sample"]["splits"]
     if abs(sum(splits.values()) - 1.0) > 1e-9 or splits["train"] <= 0:
         raise SpecError(f"{where}: stages.sample.splits {splits} must sum to 1 with train > 0")
-    known = {str(c) for c in spec.data["label"]["classes"]}
-    extra = set(spec.stages["sample"]["class_fractions"]) - known
+    classes = spec.data["label"]["classes"]
+    clash = labels.problems(classes)
+    if clash:
+        raise SpecError(f"{where}: label.classes: {'; '.join(clash)}")
+    known = {labels.class_text(c) for c in classes}
+    extra = {labels.class_text(k) for k in spec.stages["sample"]["class_fractions"]} - known
     if extra:
         raise SpecError(
             f"{where}: stages.sample.class_fractions names classes {sorted(extra)} "
@@ -338,8 +348,11 @@ _INTEGER_LABEL_REFUSED = ("string", "boolean", "date", "timestamp")
 
 
 def _check_label_type(spec: DatasetSpec) -> None:
-    """A label column with a declared type holds values comparable to the integer classes."""
+    """A label column with a declared type holds values comparable to the integer classes
+    (named classes compare with the label's text, whatever its type)."""
     label = spec.data["label"]
+    if not labels.is_integer(label["classes"]):
+        return
     for section in ("columns", "derived"):
         for i, col in enumerate(spec.data[section]):
             if col["name"] != label["column"] or col.get("type") not in _INTEGER_LABEL_REFUSED:
@@ -349,7 +362,8 @@ def _check_label_type(spec: DatasetSpec) -> None:
                 f"{col['type']!r} but label.classes {label['classes']} are integers; type it 'int' "
                 "if its values are those integers, or derive an integer label (e.g. `CASE WHEN "
                 f"{col['name']} = '...' THEN 0 ... END` under derived, role label, named by "
-                "label.column) and give this column another role"
+                "label.column) and give this column another role, or list the values it holds "
+                "as named classes (label.classes: [Adelie, Chinstrap, ...])"
             )
 
 
@@ -358,13 +372,16 @@ def _check_sample_strata(spec: DatasetSpec, known: set[str]) -> None:
     strata name the label (`label` or its column) or numeric/categorical features."""
     where = spec.path
     sample = spec.stages["sample"]
-    extra = set(sample["class_counts"]) - known
+    extra = {labels.class_text(k) for k in sample["class_counts"]} - known
     if extra:
         raise SpecError(
             f"{where}: stages.sample.class_counts names classes {sorted(extra)} "
             f"not in label.classes {sorted(known)}"
         )
-    both = sorted(set(sample["class_counts"]) & set(sample["class_fractions"]))
+    both = sorted(
+        {labels.class_text(k) for k in sample["class_counts"]}
+        & {labels.class_text(k) for k in sample["class_fractions"]}
+    )
     if both:
         raise SpecError(
             f"{where}: stages.sample: classes {both} are in both class_fractions and class_counts"
@@ -718,6 +735,8 @@ def _preprocess_params(spec: DatasetSpec, lake_root: str, ds: str) -> dict[str, 
         ],
         "id_column": spec.columns_with_role("id")[0],
         "label_column": spec.data["label"]["column"],
+        # Named classes: preprocess writes each label's id (lakeprep_contracts.labels).
+        **({"label_classes": classes} if labels.names(classes := spec.data["label"]["classes"]) else {}),
         # The partition's day: a reference of dated snapshots joins the newest on or before
         # it (lakeprep_contracts.references), so a backfill never joins later facts.
         "day": ds,
@@ -777,7 +796,23 @@ def _window_params(spec: DatasetSpec, lake_root: str, ds: str, run_id: str) -> d
         "run_id": run_id,
         "id_column": spec.columns_with_role("id")[0],
         "label_column": label["column"],
-        "label_classes": label["classes"],
+        # After preprocess the label is the stored class (the id of a named class).
+        "label_classes": labels.stored_classes(label["classes"]),
+    }
+
+
+def _sample_params(spec: DatasetSpec) -> dict[str, Any]:
+    """`stages.sample` with its per-class knobs keyed by the stored label (the class's id for
+    named classes, as the prepared rows hold it)."""
+    sample = spec.stages["sample"]
+    classes = spec.data["label"]["classes"]
+    return {
+        **sample,
+        **{
+            knob: labels.stored_keys(classes, sample[knob], f"{spec.path}: stages.sample.{knob}")
+            for knob in ("class_fractions", "class_counts")
+        },
+        "label_classes": labels.stored_classes(classes),
     }
 
 
@@ -801,8 +836,7 @@ def stage_params(
         return _preprocess_params(spec, lake_root, ds)
     if stage == "sample":
         return {
-            **spec.stages["sample"],
-            "label_classes": spec.data["label"]["classes"],
+            **_sample_params(spec),
             "strata": _sample_strata(spec),
             "fit_profile": _fit_profile(spec),
             # The day's shards are ordered by the balance hash (lakeprep_jobs.day_shards).
@@ -812,6 +846,8 @@ def stage_params(
         return {
             **spec.stages["fit_transform"],
             **_window_params(spec, lake_root, ds, run_id),
+            # The id -> class map of named classes, for the transform (lakeprep_contracts.labels).
+            **({"label_names": names} if (names := labels.names(spec.data["label"]["classes"])) else {}),
             **column_transforms(spec),
             "contract": {
                 "validate": _validate_params(spec),

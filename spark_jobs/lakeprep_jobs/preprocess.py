@@ -7,7 +7,8 @@
 A daily stage: nothing here is learned from data, so any number of days can run in
 parallel and a day's output never depends on another day (everything fitted happens
 once per run in `fit_transform`). Output columns, which `sample` and the window stages
-rely on: `id` (string), `label` (int), then every feature under its spec name:
+rely on: `id` (string), `label` (int: the class, or a named class's id in `label_classes`
+order, lakeprep_contracts.labels), then every feature under its spec name:
 numerics as double (NaN becomes null), categoricals as strings with surrounding ASCII
 whitespace trimmed (space, tab, LF, CR, FF, VT: `lakeprep_contracts.references.WHITESPACE`;
 empty becomes null, so `" B6 "`, `"\tB6\n"` and `"B6"` are one category), text as
@@ -42,7 +43,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import layout, references
+from lakeprep_contracts import labels, layout, references
 from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class PreprocessParams:
     stats_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
     # The partition's logical date (YYYY-MM-DD): which reference snapshots it joins.
     day: str | None = None
+    # Named classes (lakeprep_contracts.labels): the label becomes its class's id. None: an
+    # integer label, kept as it is.
+    label_classes: list[Any] | None = None
 
     def __post_init__(self) -> None:
         if self.text_max_length < 1:
@@ -355,12 +359,24 @@ def clean_features(df: DataFrame, p: PreprocessParams) -> DataFrame:
         ).transform(df)
     cols = [
         F.col(p.id_column).cast("string").alias(layout.ID),
-        F.col(p.label_column).cast("int").alias(layout.LABEL),
+        label_id(F.col(p.label_column), p.label_classes).alias(layout.LABEL),
         *[F.nanvl(F.col(c).cast("double"), F.lit(None).cast("double")).alias(c) for c in p.numeric],
         *[join_key(F.col(c).cast("string"), "string").alias(c) for c in p.categorical],
         *[F.col(f"_tokens__{c}").alias(c) for c in p.text],
     ]
     return df.select(*cols)
+
+
+def label_id(label: Column, classes: list[Any] | None) -> Column:
+    """The prepared rows' label: an integer label as it is, a named class's id (validate has
+    quarantined every label outside the classes)."""
+    from pyspark.sql import functions as F
+
+    if classes is None or labels.is_integer(classes):
+        return label.cast("int")
+    ids = labels.ids_by_text(classes)
+    pairs = [x for text, i in ids.items() for x in (F.lit(text), F.lit(i))]
+    return F.create_map(*pairs)[label.cast("string")].cast("int")
 
 
 def report_counts(p: PreprocessParams) -> list[Column]:

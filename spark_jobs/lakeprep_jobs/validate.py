@@ -24,6 +24,9 @@ serving side mirrors these strings):
     per non-nullable column, in contract order: null in <col>
     null id (<id>), null label (<label>), label <label> not in [0, 1]: <value>
 
+Named classes (`["Adelie", "Chinstrap"]`, lakeprep_contracts.labels) compare with the
+label's text (Spark's cast to string), exactly; the partition keeps the label as typed.
+
 Rows with a reason go to `<output>/_quarantine/` with the reason, the source file and the
 raw values; the others, typed and with the derived columns added, are the partition,
 profiled into `_stats.json` (lakeprep_jobs.stats). Accounting is exact
@@ -49,7 +52,7 @@ import zoneinfo
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import layout
+from lakeprep_contracts import labels, layout
 from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
@@ -96,7 +99,7 @@ class ValidateParams:
     derived: list[dict[str, Any]]
     id_column: str
     label_column: str
-    label_classes: list[int]
+    label_classes: list[Any]  # integers, or named classes (lakeprep_contracts.labels)
     options: dict[str, str] = dataclasses.field(default_factory=dict)
     null_tokens: list[str] = dataclasses.field(default_factory=list)
     text_column: str | None = None
@@ -500,13 +503,17 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
         df = df.withColumn(col["name"], F.when(F.col("_type_reason").isNull(), F.expr(col["expr"])))
     _check_label_type(df, p)
     label = F.col(p.label_column)
+    if labels.is_integer(p.label_classes):
+        unknown = ~label.isin(p.label_classes)
+    else:
+        unknown = ~label.cast("string").isin(list(labels.ids_by_text(p.label_classes)))
     reason = first_reason(
         [
             (F.col("_type_reason").isNotNull(), F.col("_type_reason")),
             (F.col(p.id_column).isNull(), F.lit(f"null id ({p.id_column})")),
             (label.isNull(), F.lit(f"null label ({p.label_column})")),
             (
-                ~label.isin(p.label_classes),
+                unknown,
                 F.concat(F.lit(f"label {p.label_column} not in {p.label_classes}: "), label.cast("string")),
             ),
         ]
@@ -523,9 +530,17 @@ def _check_label_type(df: DataFrame, p: ValidateParams) -> None:
     or timestamp label does not compare at all. The spec check refuses a declared type;
     this is the label whose type only Spark knows (a derived label without one).
     """
-    from pyspark.sql.types import NumericType
+    from pyspark.sql.types import AtomicType, BinaryType, NumericType
 
     kind = df.schema[p.label_column].dataType
+    if not labels.is_integer(p.label_classes):
+        # Named classes compare with the label's text: any value Spark writes as text.
+        if not isinstance(kind, AtomicType) or isinstance(kind, BinaryType):
+            raise ValueError(
+                f"label column {p.label_column!r} is {kind.simpleString()}, which has no text to "
+                f"compare with label_classes {p.label_classes}; make it a string, number or boolean"
+            )
+        return
     if not isinstance(kind, NumericType):
         raise ValueError(
             f"label column {p.label_column!r} is {kind.simpleString()} but label_classes "

@@ -9,7 +9,9 @@ the shards were made with. Each input row is checked against the raw contract an
 encoded exactly as training rows were (:mod:`lakeprep_train.serving`), then scored. The
 output has one row per input row, in input order: ``id``, ``prediction`` (a class of
 ``label.classes``) and ``probabilities`` (class -> probability) for an accepted row,
-``reason`` for a rejected one. The label is optional: an accepted row has ``label``
+``reason`` for a rejected one. Named classes (the transform's ``label.names``) are
+printed by name: ``"prediction": "Gentoo"``, ``"probabilities": {"Adelie": ...}``,
+``"label": "Gentoo"``. The label is optional: an accepted row has ``label``
 when its label is present and one of ``label.classes`` (compare it with
 ``prediction`` for metrics); a blank or null label is no label; a present label that is
 not a class (or does not parse) is scored without it, and ``label_reason`` says why.
@@ -35,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from lakeprep_contracts.labels import class_text, is_integer
 from lakeprep_train import serving, storage
 from lakeprep_train import transform as tf
 from lakeprep_train.dataset import ID_DTYPE, NUMERIC_DTYPE
@@ -57,6 +60,12 @@ class LoadedModel:
     classes: tuple[int, ...]
     transform: dict[str, Any]
     folder: str
+
+    @property
+    def names(self) -> tuple[Any, ...]:
+        """What a class is printed as, per model output: the named class
+        (``label.names``, lakeprep_contracts.labels), else the integer class."""
+        return tuple(self.transform["label"].get("names") or self.classes)
 
 
 def load_model(folder: str) -> LoadedModel:
@@ -166,7 +175,9 @@ def predict_rows(
     """One output row per input row, in input order (see the module docstring)."""
     served = serving.serve(source, loaded.transform, references=references, reference_date=reference_date)
     probabilities = score(loaded, served.features)
-    classes = list(loaded.classes)
+    names = list(loaded.names)
+    # The prepared label is the class (integer classes) or its id (named): its index here.
+    index = {int(c): k for k, c in enumerate(loaded.classes)}
     rows: list[dict[str, Any] | None] = [None] * served.rows_read
     ids = served.features.get("id")
     labels = served.labels
@@ -177,11 +188,11 @@ def predict_rows(
             "row": int(position),
             "line": int(served.lines[position]),
             "id": None if ids is None else ids[k],
-            "prediction": int(classes[int(np.argmax(p))]),
-            "probabilities": {str(c): float(v) for c, v in zip(classes, p, strict=True)},
+            "prediction": names[int(np.argmax(p))],
+            "probabilities": {class_text(c): float(v) for c, v in zip(names, p, strict=True)},
         }
         if labels is not None and not np.isnan(labels[k]):
-            row["label"] = int(labels[k])
+            row["label"] = names[index[int(labels[k])]]
         if int(position) in unused:
             row["label_reason"] = unused[int(position)]
         rows[position] = row
@@ -190,7 +201,7 @@ def predict_rows(
     return [r for r in rows if r is not None], served
 
 
-def write_predictions(rows: Sequence[Mapping[str, Any]], classes: Sequence[int], output: str | None) -> None:
+def write_predictions(rows: Sequence[Mapping[str, Any]], classes: Sequence[Any], output: str | None) -> None:
     """JSON lines (``.jsonl``, or stdout when ``output`` is None) or Parquet (``.parquet``).
 
     Parquet flattens probabilities into ``probability__<class>`` columns. Written to
@@ -209,12 +220,17 @@ def write_predictions(rows: Sequence[Mapping[str, Any]], classes: Sequence[int],
             "label": [r.get("label") for r in rows],
             "label_reason": [r.get("label_reason") for r in rows],
             "prediction": [r.get("prediction") for r in rows],
-            **{f"probability__{c}": [r.get("probabilities", {}).get(str(c)) for r in rows] for c in classes},
+            **{
+                f"probability__{class_text(c)}": [r.get("probabilities", {}).get(class_text(c)) for r in rows]
+                for c in classes
+            },
             "reason": [r.get("reason") for r in rows],
         }
-        types = {"row": pa.int64(), "line": pa.int64(), "id": pa.string(), "label": pa.int32()}
+        # A class column has the classes' type: int32, or what Arrow makes of named classes.
+        kind = pa.int32() if is_integer(classes) else pa.array(list(classes)).type
+        types = {"row": pa.int64(), "line": pa.int64(), "id": pa.string(), "label": kind}
         types["label_reason"] = pa.string()
-        types.update({"prediction": pa.int32(), "reason": pa.string()})
+        types.update({"prediction": kind, "reason": pa.string()})
         table = pa.table({k: pa.array(v, types.get(k, pa.float64())) for k, v in columns.items()})
         pq.write_table(table, partial)
     else:
@@ -268,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows, served = predict_rows(
             loaded, args.input, references=references, reference_date=args.reference_date
         )
-        write_predictions(rows, loaded.classes, args.output)
+        write_predictions(rows, loaded.names, args.output)
     except (argparse.ArgumentTypeError, ValueError, OSError) as err:
         print(f"predict failed: {err}", file=sys.stderr)
         return 2

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakeprep_contracts import labels as label_classes
 from lakeprep_contracts import references as reference_layout
 from lakeprep_train import storage
 from lakeprep_train import transform as tf
@@ -65,7 +66,7 @@ class Contract:
     derived: tuple[dict[str, Any], ...]
     id_column: str
     label_column: str
-    label_classes: tuple[int, ...]
+    label_classes: tuple[Any, ...]  # integers, or named classes (lakeprep_contracts.labels)
     format: str = "csv"
     options: dict[str, str] = field(default_factory=dict)
     null_tokens: tuple[str, ...] = ()
@@ -538,14 +539,28 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
         index = table.column_names.index(label)
         labels = table.column(index)
         classes = list(contract.label_classes)
-        numeric = tf.clean_numeric(labels)
-        unknown = ~np.isin(numeric, np.asarray(classes, dtype=np.float64)) & ~np.isnan(numeric)
+        if label_classes.is_integer(classes):
+            numeric = tf.clean_numeric(labels)
+            unknown = ~np.isin(numeric, np.asarray(classes, dtype=np.float64)) & ~np.isnan(numeric)
+        else:
+            unknown = _mask(pc.is_valid(labels)) & np.isnan(label_ids(labels, contract))
         if unknown.any():
             rendered = tf.spark_string(labels, zone=contract.time_zone)
             _first(label_reasons, unknown, _prefixed(f"label {label} not in {classes}: ", rendered))
         usable = pa.array(np.equal(label_reasons, None))
         table = table.set_column(index, label, pc.if_else(usable, labels, pa.nulls(n, labels.type)))
     return Checked(table, reasons, labelled, missing, label_reasons)
+
+
+def label_ids(values: pa.Array | pa.ChunkedArray, contract: Contract) -> np.ndarray:
+    """Labels as the prepared rows hold them (float64, NaN: no label or not a class): an
+    integer label as it is, a named class as its id, by its text as Spark casts it
+    (lakeprep_contracts.labels, as preprocess maps it)."""
+    if label_classes.is_integer(contract.label_classes):
+        return tf.clean_numeric(values)
+    ids = label_classes.ids_by_text(contract.label_classes)
+    texts = tf.spark_string(values, zone=contract.time_zone).to_pylist()
+    return np.array([ids.get(t, np.nan) if t is not None else np.nan for t in texts], dtype=np.float64)
 
 
 # ------------------------------------------------------------------ derived columns
@@ -999,7 +1014,7 @@ def serve(
         if checked.label_reasons[i] is not None
     ]
     table = checked.table.take(pa.array(accepted))
-    labels = tf.clean_numeric(table.column(contract.label_column)) if checked.labelled else None
+    labels = label_ids(table.column(contract.label_column), contract) if checked.labelled else None
     if contract.label_column in table.column_names:
         # The transform encodes features; the label, null for some rows, stays out of it.
         table = table.drop([contract.label_column])

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import regex
 
 from lakeprep_contracts.encode import ROLES, TransformError, as_array, distinct, encode, outputs
+from lakeprep_contracts.labels import ids_by_text as class_ids
 from lakeprep_contracts.references import WHITESPACE
 from lakeprep_train import storage
 
@@ -721,10 +722,17 @@ def apply_transform(
         out["id"] = np.asarray(spark_string(columns[id_column], zone=zone).to_pylist(), dtype=object)
     label_column = doc["label"]["column"]
     if label_column in columns:
-        labels = clean_numeric(columns[label_column], where=f"label {label_column!r}")
+        names = doc["label"].get("names")
+        if names is None:
+            labels = clean_numeric(columns[label_column], where=f"label {label_column!r}")
+        else:  # named classes: the id of the label's text, as preprocess writes it
+            ids = class_ids(names)
+            texts = spark_string(columns[label_column], zone=zone).to_pylist()
+            labels = np.array([ids.get(t, np.nan) if t is not None else np.nan for t in texts])
         if np.isnan(labels).any():
             raise TransformError(
-                f"label column {label_column!r} has missing values; serving rejects them first"
+                f"label column {label_column!r} has missing values or values that are not classes; "
+                "serving rejects them first"
             )
         out["label"] = labels.astype(np.int32)
     out.update(encode(prepare(columns, doc, zone=zone), doc))
