@@ -58,6 +58,11 @@ SPARK_LISTENER_ARTIFACT = "io.openlineage:openlineage-spark_2.13:1.53.0"
 SPARK_LISTENER_CLASS = "io.openlineage.spark.agent.OpenLineageSparkListener"
 # A deployment that ships the jar (an image without Maven) points this at it.
 SPARK_LISTENER_JAR_ENV = "LAKEPREP_OPENLINEAGE_SPARK_JAR"
+# The listener looks for connectors' lineage extensions by calling
+# SecureClassLoader.defineClass reflectively (SparkOpenLineageExtensionVisitorWrapper); on
+# Java 17 that needs java.security opened, else every driver logs an
+# InaccessibleObjectException with its stack trace at WARN.
+SPARK_LISTENER_JAVA_OPTIONS = "--add-opens=java.base/java.security=ALL-UNNAMED"
 
 
 # --------------------------------------------------------------------------- datasets and facets
@@ -422,7 +427,9 @@ def spark_listener_conf(conf: Mapping[str, str], context: Context) -> dict[str, 
         **transport,
         **inject_parent_job_information_into_spark_properties({}, context),
     }
-    out = {**added, **conf}
+    from lakeprep_airflow.operators.spark_stage import DRIVER_JAVA_OPTIONS, with_java_options
+
+    out = with_java_options({**added, **conf}, DRIVER_JAVA_OPTIONS, SPARK_LISTENER_JAVA_OPTIONS)
     out["spark.jars"] = _append(conf, "spark.jars", str(jar))
     out["spark.extraListeners"] = _append(conf, "spark.extraListeners", SPARK_LISTENER_CLASS)
     return out

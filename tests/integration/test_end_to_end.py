@@ -16,14 +16,27 @@ pytestmark = pytest.mark.integration
 DAY = "2013-01-01"
 
 
-def airflow(*args: str, lake: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **AIRFLOW_ENV, "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": lake}
+def airflow(
+    *args: str, lake: str, timeout: int = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **AIRFLOW_ENV, "AIRFLOW_VAR_LAKEPREP_LAKE_ROOT": lake, **(env or {})}
     return run_command([str(VENV_BIN / "airflow"), *args], env=env, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
-def day_run(airflow_db, demo_lake):
-    result = airflow("dags", "test", "lakeprep_flights", DAY, lake=demo_lake)
+def lineage_events(tmp_path_factory) -> Path:
+    """Where the day's OpenLineage events go: the provider's file transport (docs/LINEAGE.md)."""
+    return tmp_path_factory.mktemp("lineage") / "events.jsonl"
+
+
+@pytest.fixture(scope="module")
+def day_run(airflow_db, demo_lake, lineage_events):
+    transport = {"type": "file", "log_file_path": str(lineage_events), "append": True}
+    lineage = {
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(transport),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "lakeprep-test",
+    }
+    result = airflow("dags", "test", "lakeprep_flights", DAY, lake=demo_lake, env=lineage)
     about = describe_command(result.args, f"exit code {result.returncode}", result.stdout, result.stderr)
     assert result.returncode == 0, about
     assert "state=success" in result.stdout + result.stderr, about
@@ -251,3 +264,66 @@ def test_run_summary_shows_the_day(day_run):
     assert day["transform"]["uri"] in text and "distance: psi" in text
     summary.write(f"file://{day_run}", day)
     assert (day_run / "reports" / "flights" / f"dt={DAY}" / "summary.md").read_text() == text
+
+
+def test_lineage_events_chain_every_dataset_the_run_read_and_wrote(day_run, lineage_events):
+    """Each task's inputs are the previous task's outputs, by name; Spark's events hang under the task."""
+    events = [json.loads(line) for line in lineage_events.read_text().splitlines() if line.strip()]
+    done = {
+        e["job"]["name"].removeprefix("lakeprep_flights."): e
+        for e in events
+        if e["eventType"] == "COMPLETE" and e["job"]["name"].startswith("lakeprep_flights.")
+    }
+
+    def names(task: str, side: str) -> set[str]:
+        return {d["name"] for d in done[task][side] if d["namespace"] == "file"}
+
+    def partition(stage: str) -> str:
+        return str(day_run / stage / "flights" / f"dt={DAY}")
+
+    assert names("wait_for_partition", "inputs") == {partition("raw")}
+    chain = [
+        ("validate", "validate", {partition("raw")}),
+        (
+            "preprocess",
+            "preprocess",
+            {
+                partition("validate"),
+                str(day_run / "reference" / "planes"),
+                str(day_run / "reference" / "weather"),
+            },
+        ),
+        ("sample", "sample", {partition("preprocess")}),
+        ("fit_transform", "fit_transform", {partition("sample")}),
+        ("export_shards", "export_shards", {partition("sample"), partition("fit_transform")}),
+        ("gpu_training_handoff", "models", {partition("export_shards")}),
+    ]
+    for task, written, read in chain:
+        assert names(task, "inputs") == read, task
+        assert names(task, "outputs") == {partition(written)}, task
+        assert Path(partition(written), "_SUCCESS").exists(), task
+
+    manifest = json.loads(Path(partition("export_shards"), "manifest.json").read_text())
+    export = done["export_shards"]["run"]["facets"]["lakeprep"]
+    assert export["configHash"] == manifest["config_hash"]
+    assert export["transformSha256"] == manifest["transform"]["sha256"]
+    assert done["validate"]["run"]["facets"]["lakeprep"]["configHash"] == manifest["config_hash"]
+
+    # The listener's events of the validate submission name the Airflow task's run as parent
+    # and the raw partition (or its files) as what the application read.
+    validate_run = done["validate"]["run"]["runId"]
+    spark = [
+        e
+        for e in events
+        if e["run"]["facets"].get("parent", {}).get("run", {}).get("runId") == validate_run
+        and e["job"]["namespace"] == "lakeprep-test"
+    ]
+    assert spark, "no Spark listener event names the validate task as its parent"
+    app_runs = {e["run"]["runId"] for e in spark}
+    read = {
+        d["name"]
+        for e in events
+        if e["run"]["facets"].get("parent", {}).get("run", {}).get("runId") in app_runs
+        for d in e.get("inputs", [])
+    }
+    assert any(name.startswith(partition("raw")) for name in read), sorted(read)

@@ -227,6 +227,7 @@ def test_the_listener_joins_the_submission_only_when_lineage_is_on(provider_conf
     assert conf["spark.openlineage.transport.location"] == str(events)
     assert conf["spark.openlineage.parentRunId"] == "0193-task-run"
     assert conf["spark.openlineage.namespace"] == "spec-ns"  # the spec's own setting wins
+    assert conf["spark.driver.extraJavaOptions"] == lineage.SPARK_LISTENER_JAVA_OPTIONS
     # Prepared twice (a retry), the listener and jar are listed once.
     assert lineage.spark_listener_conf(conf, context)["spark.jars"] == conf["spark.jars"]
 
