@@ -251,6 +251,32 @@ def test_a_label_that_is_not_a_number_is_refused_naming_it_before_any_job(spark)
         validate.flag_rows(raw, p)
 
 
+@pytest.mark.parametrize(
+    ("expr", "classes", "reasons", "ids"),
+    [
+        # Named classes compare with the label's text, exactly (case counts).
+        ("kind", ["Adelie", "Gentoo"], [None, "label label not in ['Adelie', 'Gentoo']: adelie"], [0]),
+        # A boolean label's text is `true`/`false`, whatever the classes' order.
+        ("amount > 2", [False, True], [None, None], [1, 0]),
+    ],
+)
+def test_named_classes_compare_with_the_labels_text_and_preprocess_writes_their_ids(
+    spark, expr, classes, reasons, ids
+):
+    from lakeprep_jobs import preprocess
+
+    raw = spark.createDataFrame(
+        [("a", "3", "Adelie", None, None, "f.csv"), ("b", "1", "adelie", None, None, "f.csv")], RAW_DDL
+    )
+    flagged = validate.flag_rows(
+        raw, params(derived=[{"name": "label", "expr": expr}], label_classes=classes)
+    )
+    assert [r["_reason"] for r in flagged.orderBy("id").collect()] == reasons
+    kept = flagged.where("_reason IS NULL").orderBy("id")
+    written = kept.select(preprocess.label_id(kept["label"], classes).alias("label")).collect()
+    assert [r["label"] for r in written] == ids
+
+
 def test_null_id_is_named_after_derived_columns_are_computed(spark):
     raw = spark.createDataFrame([("a", "1", "x", None, None, "f.csv")], RAW_DDL)
     p = params(

@@ -491,3 +491,21 @@ def test_a_reference_folder_reads_its_data_files_as_spark_does(tmp_path):
     (folder / "part-1.csv").unlink()
     with pytest.raises(serving.ServingError, match="reference folder holds no data files"):
         serving.read_reference(str(folder), ref)
+
+
+def test_named_classes_are_served_as_their_ids_by_the_labels_text(tmp_path):
+    """Named classes (lakeprep_contracts.labels): the label's text as Spark casts it, exactly;
+    the id is the class's position in label.classes, as preprocess writes it."""
+    rows = [
+        "2013,1,5,AA,1,1,20,N1,2013-01-01,",  # delayed 1: the text "1", the first class
+        "2013,1,5,AA,2,1,1,N1,2013-01-01,",  # delayed 0: "0" is not a class
+        "2013,1,5,AA,3,1,,N1,2013-01-01,",  # no label
+    ]
+    validate = {**VALIDATE, "label_classes": ["1", "late"]}
+    served = serve_csv(tmp_path, rows, doc=make_doc(validate=validate))
+    assert served.rejected == [] and served.accepted.tolist() == [0, 1, 2]
+    assert served.labels[0] == 0.0 and np.isnan(served.labels[1:]).all()
+    assert [u["reason"] for u in served.unused_labels] == ["label delayed not in ['1', 'late']: 0"]
+    validate = {**VALIDATE, "label_classes": ["late", "0", "1"]}
+    served = serve_csv(tmp_path, rows, doc=make_doc(validate=validate))
+    assert served.labels[:2].tolist() == [2.0, 1.0] and served.unused_labels == []
