@@ -57,6 +57,7 @@ from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.backends import local as local_backend
 from lakeprep_airflow.backends import require_backend, trainer_args
 from lakeprep_airflow.backends.local import trainer_command
+from lakeprep_airflow.lineage import HandoffLineageMixin
 from lakeprep_airflow.locations import (
     contracts_dir,
     require_lake_root,
@@ -167,7 +168,7 @@ class TrainingJobFailed(AirflowException):
     """The Kubernetes job failed, or vanished, for a reason another try may not meet."""
 
 
-class GpuTrainingHandoffOperator(RunSpecMixin, BaseOperator):
+class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator):
     """Train on the run's manifest and record the trainer's metrics.
 
     :param spec_path: the dataset spec (training section: backend, world_size, epochs). (templated)
