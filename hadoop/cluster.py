@@ -425,8 +425,10 @@ def write_yarn_spark_conf(cluster: Cluster) -> None:
         f"spark.yarn.jars local:{spark_home}/jars/*\n"
         "# The driver (cluster mode) and the executors run the venv's interpreter.\n"
         f"spark.pyspark.python {python}\n"
-        "# One executor: a driver and an executor fill the NodeManager's 4 GiB.\n"
+        "# One executor: a driver and an executor fill the NodeManager's 4 GiB. Two cores:\n"
+        "# TorchDistributor's two ranks are a barrier stage of two tasks, run at once.\n"
         "spark.executor.instances 1\n"
+        "spark.executor.cores 2\n"
     )
 
 

@@ -5,10 +5,12 @@ Every stage is submitted the same way (the Airflow operator builds this argv):
     spark-submit --py-files lakeprep_jobs.zip lakeprep_jobs/<stage>.py \
         --input URI [--input URI ...] --output URI --params JSON [--error-file PATH]
 
-`--error-file` (a local path, client mode) receives the stage's own error when it fails,
-as JSON `{"error": "Type: message", "refusal": bool}`, so the Airflow task can fail with
-it instead of spark-submit's command line, and without retries when it is a refusal of
-the input or the parameters (`is_refusal`): running again would refuse again.
+`--error-file` (a path on the driver's machine) receives the stage's own error when it
+fails, as JSON `{"error": "Type: message", "refusal": bool}`, and the driver's stderr the
+same record on one line (`lakeprep_contracts.stage_errors`: YARN cluster mode reads it
+there), so the Airflow task can fail with it instead of spark-submit's command line, and
+without retries when it is a refusal of the input or the parameters (`is_refusal`):
+running again would refuse again.
 Several stages can share one submission (`lakeprep_jobs.fused`): each gets this same
 argv, error file included, and runs through the same `prepare` and `run_stage`.
 
@@ -27,10 +29,11 @@ import dataclasses
 import json
 import logging
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lakeprep_contracts import layout
+from lakeprep_contracts import layout, stage_errors, submission
 from lakeprep_jobs import lake
 from lakeprep_jobs.lake import SparkLake
 
@@ -59,7 +62,7 @@ def parse_args(argv: Sequence[str] | None, description: str) -> StageArgs:
     parser.add_argument("--output", required=True)
     parser.add_argument("--params", required=True, help="stage parameters as a JSON object")
     parser.add_argument("--error-file", help="local file that receives the error message on failure")
-    ns = parser.parse_args(argv)
+    ns = parser.parse_args(submission.decode_argv(argv))  # YARN cluster mode: encoded
     try:
         params = json.loads(ns.params)
     except json.JSONDecodeError as err:
@@ -124,13 +127,20 @@ def is_refusal(err: BaseException) -> bool:
 @contextlib.contextmanager
 def failure_recorded(error_file: str | None) -> Iterator[None]:
     """Write an error's `Type: message` and whether it is a refusal to `error_file` (the
-    operator fails the task with it, without retries for a refusal), re-raise."""
+    operator fails the task with it, without retries for a refusal), re-raise.
+
+    The same record goes to stderr on one line (`lakeprep_contracts.stage_errors`): in YARN
+    cluster mode the file stays in the driver's container and the operator reads the line
+    from the driver's log instead.
+    """
     try:
         yield
     except Exception as err:
         if error_file:
+            record = stage_errors.error_record(f"{type(err).__name__}: {err}", is_refusal(err))
             with open(error_file, "w", encoding="utf-8") as f:
-                json.dump({"error": f"{type(err).__name__}: {err}", "refusal": is_refusal(err)}, f)
+                json.dump(record, f)
+            print(stage_errors.record_line(error_file, record), file=sys.stderr, flush=True)
         raise
 
 

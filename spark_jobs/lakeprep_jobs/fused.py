@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from lakeprep_contracts import submission
 from lakeprep_jobs import common
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", required=True, help='JSON list of {"stage": NAME, "argv": [ARG, ...]}')
     parser.add_argument("--error-file", help="local file that receives a failure outside the stages")
-    ns = parser.parse_args(argv)
+    ns = parser.parse_args(submission.decode_argv(argv))  # YARN cluster mode: encoded
     common.configure_logging("fused")
     with common.failure_recorded(ns.error_file):
         calls = parse_plan(ns.plan)

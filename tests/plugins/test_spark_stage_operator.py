@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -560,3 +561,153 @@ def test_a_refused_fused_stage_fails_the_task_without_retries(monkeypatch, tmp_p
         op.execute({"run_id": "r"})
     assert isinstance(err.value, AirflowFailException)
     assert str(err.value) == "stage validate failed: ContractError: partition x: no rows (empty partition)"
+
+
+YARN_CONN = {
+    "conn_type": "spark",
+    "host": "yarn",
+    "extra": {
+        "deploy-mode": "cluster",
+        "queue": "ml",
+        "yarn_resourcemanager_webapp_address": "http://rm:8088",
+    },
+}
+
+
+def test_yarn_cluster_mode_tracks_through_the_resourcemanager_and_runs_one_driver(monkeypatch):
+    import re
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from lakeprep_contracts import submission
+
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEPREP_TEST_YARN_RM", json.dumps(YARN_CONN))
+    op = make_op(conn_id="lakeprep_test_yarn_rm")
+    op.prepare_submission("r")
+    assert op.conf["spark.yarn.maxAppAttempts"] == "1"  # retries are Airflow's
+    # The argv as one shell-safe argument, the job's own argv inside.
+    assert op.application_args[0] == "--argv-base64" and len(op.application_args) == 2
+    assert re.fullmatch(r"[A-Za-z0-9_=-]+", op.application_args[1])
+    argv = submission.decode_argv(op.application_args)
+    assert argv[:2] == ["--input", "hdfs://nn:8020/lake/preprocess/flights/dt=2013-01-02"]
+    assert argv[-2:] == ["--error-file", op._error_files.get("sample")] or "--error-file" not in argv
+    hook = op._get_hook()
+    assert hook._yarn_track_via_rm_api and hook._get_yarn_rm_base_url() == "http://rm:8088"
+    cmd = hook._build_spark_submit_command(op.application)
+    assert cmd[cmd.index("--master") + 1] == "yarn"
+    assert cmd[cmd.index("--queue") + 1] == "ml" and cmd[cmd.index("--deploy-mode") + 1] == "cluster"
+
+    # Explicit arguments win; other masters get neither.
+    mine = make_op(conn_id="lakeprep_test_yarn_rm", yarn_track_via_rm_api=False, durable=False)
+    mine.conf = {"spark.yarn.maxAppAttempts": "3"}
+    mine.prepare_submission("r")
+    assert mine.conf["spark.yarn.maxAppAttempts"] == "3"
+    assert mine._get_hook()._yarn_track_via_rm_api is False
+    local = make_op()
+    local.prepare_submission("r")
+    assert "spark.yarn.maxAppAttempts" not in local.conf
+    assert local.application_args[0] == "--input"  # other modes: the argv as it is
+    assert SparkSubmitHook is type(local._get_hook()) and not local._get_hook()._yarn_track_via_rm_api
+
+
+class FakeYarn:
+    """A ResourceManager and NodeManager web service on one loopback port: one application
+    whose one attempt ran in `container`, its stdout and stderr what `logs` holds when asked."""
+
+    def __init__(self, app_id: str, container: str, logs: dict[str, str]) -> None:
+        import http.server
+        import threading
+
+        routes: dict[str, bytes | str] = {}
+        self.requests: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(handler) -> None:  # noqa: N805
+                self.requests.append(handler.path)
+                body = routes.get(handler.path)
+                if isinstance(body, str):
+                    body = logs[body].encode()
+                handler.send_response(200 if body is not None else 404)
+                handler.end_headers()
+                handler.wfile.write(body or b"not found")
+
+            def log_message(handler, *args) -> None:  # noqa: N805
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        node = f"127.0.0.1:{self.server.server_port}"
+        attempt = {"id": 1, "containerId": container, "nodeHttpAddress": node, "appAttemptState": "FAILED"}
+        routes[f"/ws/v1/cluster/apps/{app_id}/appattempts"] = json.dumps(
+            {"appAttempts": {"appAttempt": [attempt]}}
+        ).encode()
+        for name in ("stdout", "stderr"):
+            routes[f"/ws/v1/node/containerlogs/{container}/{name}"] = name
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_yarn_cluster_mode_fails_with_the_stage_error_from_the_driver_log(monkeypatch, tmp_path, capsys):
+    """The driver ran in a YARN container: its error file stayed there. The task reads the
+    driver's log from the NodeManager when the application ended, logs it at its levels,
+    and fails with the stage's own error (a refusal: at once), YARN's verdict as the cause."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakeprep_airflow.operators.spark_stage import StageRefused
+    from lakeprep_contracts import submission
+    from lakeprep_jobs import common
+    from lakeprep_jobs.validate import ContractError
+
+    app_id, container = "application_1796560751232_0007", "container_1796560751232_0007_01_000001"
+    part = tmp_path / "preprocess" / "flights" / "dt=2013-01-02"
+    part.mkdir(parents=True)
+    (part / "_SUCCESS").write_text("")
+    error = ContractError("partition x: required column(s) ['carrier'] missing")
+    driver: dict[str, str] = {}
+
+    def submit_job(self, context):
+        # What the job does in its container: the record on its stderr, under the file name given.
+        argv = submission.decode_argv(self.application_args)
+        error_file = argv[argv.index("--error-file") + 1]
+        assert not os.path.isabs(error_file)  # the driver container's working directory
+        monkeypatch.chdir(tmp_path)
+        with pytest.raises(ContractError), common.failure_recorded(error_file):
+            raise error
+        driver["stdout"] = "26/12/06 12:43:14 INFO lakeprep sample: inputs a -> output b\n"
+        driver["stderr"] = (
+            "26/12/06 12:43:15 ERROR ApplicationMaster: User application exited with status 1\n"
+            + capsys.readouterr().err
+        )
+        self._hook._yarn_application_id = app_id
+        return app_id
+
+    def poll_until_complete(self, external_id, context):
+        raise RuntimeError(f"YARN application {external_id} ended with final status: FAILED")
+
+    monkeypatch.setattr(SparkSubmitOperator, "submit_job", submit_job)
+    monkeypatch.setattr(SparkSubmitOperator, "poll_until_complete", poll_until_complete)
+    conn = json.loads(json.dumps(YARN_CONN))
+    fake = FakeYarn(app_id, container, driver)
+    conn["extra"]["yarn_resourcemanager_webapp_address"] = fake.url
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEPREP_TEST_YARN_FAKE", json.dumps(conn))
+    op = make_op(lake_root=f"file://{tmp_path}", conn_id="lakeprep_test_yarn_fake")
+    log = RecordingLog()
+    monkeypatch.setattr(SparkStageOperator, "log", property(lambda self: log))
+    try:
+        with pytest.raises(StageRefused) as err:
+            op.execute({"run_id": "r"})
+    finally:
+        fake.close()
+    assert isinstance(err.value, AirflowFailException)
+    assert str(err.value) == f"stage sample failed: ContractError: {error}"
+    assert str(err.value.__cause__) == f"YARN application {app_id} ended with final status: FAILED"
+    assert ("info", "26/12/06 12:43:14 INFO lakeprep sample: inputs a -> output b") in log.lines
+    assert (
+        "error",
+        "26/12/06 12:43:15 ERROR ApplicationMaster: User application exited with status 1",
+    ) in log.lines
+    assert f"/ws/v1/cluster/apps/{app_id}/appattempts" in fake.requests

@@ -126,11 +126,14 @@ def run_trainer(
     from pyspark.sql import SparkSession
 
     kwargs = distributor_kwargs(training)
-    master = master_url(BaseHook.get_connection(spark_conn_id))
+    connection = BaseHook.get_connection(spark_conn_id)
+    master = master_url(connection)
     builder = SparkSession.builder.appName(app_name).master(master)
     conf = session_conf(
         pythonpath=pythonpath, python=python or os.environ.get("PYSPARK_PYTHON", sys.executable)
     )
+    if master.startswith("yarn") and (queue := connection.extra_dejson.get("queue")):
+        conf["spark.yarn.queue"] = queue  # the stages' queue (`--queue`) for the ranks too
     for key, value in {**conf, **(spec_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -17,12 +17,26 @@ the submission (the others are produced inside it); the XCom is stage -> report.
 Window stages (`fit_transform`, `export_shards`) read the days that `wait_for_window`
 decided (its XCom), so both see the same days and the manifest can name the others.
 A failed stage fails the task with the stage's own message first, naming the stage (the
-job writes it to the stage's `--error-file`, a local file in client mode); spark-submit's
-command line and log tail stay in the chained cause. When the job says the error refuses
+job writes it to the stage's `--error-file`, a local file in client mode, and prints it
+on the driver's stderr: `lakeprep_contracts.stage_errors`); spark-submit's command line and
+log tail, or YARN's diagnostics, stay in the chained cause. When the job says the error refuses
 the input or the parameters (a ContractError, a FitError, bad `--params`, a value Spark
 cannot cast: `lakeprep_jobs.common.is_refusal`), the task fails without retries
 (`StageRefused`); a spark-submit that dies without such a refusal (a NameNode or master
 that does not answer, a lost executor, a killed driver) is retried as usual.
+
+YARN cluster mode (`spark://yarn?deploy-mode=cluster&queue=...` with the connection extra
+`yarn_resourcemanager_webapp_address`, docs/CLUSTERS.md): the driver runs in a YARN
+container. The provider's `yarn_track_via_rm_api` is on unless given: spark-submit returns
+once YARN accepted the application, the task polls the ResourceManager, a retry of a task
+whose application still runs (or succeeded) reconnects to it instead of submitting again,
+and `on_kill` kills the application through the ResourceManager's REST API. When the
+application has ended, the task copies the driver container's stdout and stderr from the
+NodeManager into its own log (`yarn_driver_log`) and finds the stage's error record there.
+The argv travels base64-encoded (`lakeprep_contracts.submission`): YARN's launch script
+does not pass JSON with backslashes through.
+YARN does not start a second driver after a failed one (`spark.yarn.maxAppAttempts=1`
+unless the conf says otherwise): retries are Airflow's, and a refusal must fail once.
 
 Task logs stay short: Spark logs at the spec's `spark.log_level` (WARN unless asked,
 `spark_jobs/log4j2.properties`), the stage's own lines (`lakeprep <stage>: ...`) at INFO,
@@ -39,6 +53,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import requests
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -46,6 +61,7 @@ from lakeprep_airflow import jobs_package, lake_fs
 from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.lineage import SparkLineageMixin
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin, parse_overrides
+from lakeprep_contracts import stage_errors, submission
 
 __all__ = [
     "SparkOutputLog",
@@ -64,6 +80,7 @@ from lakeprep_airflow.partition_status import check_partition
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.sdk import Context
+    from requests.auth import AuthBase
 
 
 def stage_argv(
@@ -217,6 +234,43 @@ def _temp_file(prefix: str, suffix: str) -> str:
     return path
 
 
+DRIVER_LOG_FILES = ("stdout", "stderr")  # the stages' own lines go to stdout, Spark's to stderr
+
+
+def yarn_driver_log(
+    rm_url: str, application_id: str, auth: AuthBase | None = None, timeout: float = 30
+) -> list[tuple[str, str]]:
+    """(title, text) of each driver log file of a YARN application, every attempt's, from
+    its NodeManager's web services.
+
+    In cluster mode the driver is the application master: the ResourceManager names each
+    attempt's container and node (`/ws/v1/cluster/apps/<id>/appattempts`), the NodeManager
+    serves the container's files while it keeps them (`/ws/v1/node/containerlogs/<container>/
+    <file>`: with log aggregation off for `yarn.nodemanager.log.retain-seconds`; with it on,
+    the NodeManager reads the aggregated copy). Raises `requests.RequestException` or
+    `ValueError` when a service does not answer as documented.
+    """
+    response = requests.get(
+        f"{rm_url}/ws/v1/cluster/apps/{application_id}/appattempts", auth=auth, timeout=timeout
+    )
+    response.raise_for_status()
+    attempts = (response.json().get("appAttempts") or {}).get("appAttempt") or []
+    logs = []
+    for attempt in attempts:
+        container, node = attempt.get("containerId"), attempt.get("nodeHttpAddress")
+        if not container or not node:
+            raise ValueError(
+                f"{application_id} attempt {attempt.get('id')} names no container or node: {attempt}"
+            )
+        base = node if "://" in node else f"http://{node}"
+        for name in DRIVER_LOG_FILES:
+            url = f"{base}/ws/v1/node/containerlogs/{container}/{name}"
+            file = requests.get(url, auth=auth, timeout=timeout)
+            file.raise_for_status()
+            logs.append((f"{container} {name} (attempt {attempt.get('id')}, node {node})", file.text))
+    return logs
+
+
 class StageFailed(AirflowException):
     """A stage's job failed; the message is the job's own error, not spark-submit's. Retried."""
 
@@ -277,6 +331,8 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
     ) -> None:
         chosen = chosen_stages(stage, stages)
         kwargs.setdefault("name", f"lakeprep-{'+'.join(chosen)}-{{{{ run_id | replace(':', '') }}}}")
+        # YARN cluster mode needs the provider's RM tracking; on unless given (`_get_hook`).
+        self._track_yarn_by_default = "yarn_track_via_rm_api" not in kwargs
         super().__init__(**kwargs)
         self.stage = stage  # None when fused
         self.stages = chosen
@@ -285,6 +341,8 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
         self.stage_calls: list[StageCall] = []
         self._error_files: dict[str, str] = {}
         self._plan_error_file: str | None = None
+        self._driver_on_yarn = False  # the driver runs in a YARN container (set by `execute`)
+        self._driver_records: dict[str, dict[str, Any]] = {}  # error file -> record, from its log
 
     @property
     def label(self) -> str:
@@ -302,6 +360,7 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
         """
         spec = self.run_spec()
         lake_root = self.lake_root_uri()
+        on_yarn = self._yarn_cluster_mode()
         windowed = self.stages[0] in spec_mod.WINDOW_STAGES
         if windowed and not window:
             raise ValueError(f"stage {self.label} needs the window decided by task {self.window_task_id!r}")
@@ -326,12 +385,17 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
         else:
             self.application = str(jobs_package.stage_script(calls[0].stage))
             self.application_args = calls[0].argv
+        if on_yarn:  # YARN's launch script mangles backslashes and quotes (`submission`)
+            self.application_args = submission.encode_argv(self.application_args)
         self.py_files = str(jobs_package.build_zip())
         # The spec's Spark settings first (its time zone as the session's, so timestamps
         # without an offset and calendar functions use the dataset's zone); the
         # operator's own `conf` wins.
         conf = {
             "spark.sql.session.timeZone": spec.data.get("time_zone", "UTC"),
+            # Retries are Airflow's: a second driver of the same application would run a
+            # refused stage twice, and is not what the task's `retries` say.
+            **({"spark.yarn.maxAppAttempts": "1"} if on_yarn else {}),
             **spec.data.get("spark", {}).get("conf", {}),
             **(self.conf or {}),
         }
@@ -365,11 +429,59 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
         except AirflowNotFoundException:
             return None  # `_check_connection` names the missing connection
 
+    def _yarn_cluster_mode(self) -> bool:
+        """Whether the driver runs in a YARN container: the provider's own reading of the
+        connection and this operator's `deploy_mode` (no spark-submit runs)."""
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        hook = SparkSubmitHook(
+            conn_id=self._conn_id, deploy_mode=self._deploy_mode, spark_binary=self._spark_binary
+        )
+        return hook._is_yarn_cluster_mode
+
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()
         # LoggingMixin keeps the logger in `_log`: the hook logs through the wrapper.
         hook._log = SparkOutputLog(hook.log)
+        if hook._is_yarn_cluster_mode and self._track_yarn_by_default:
+            # The provider refuses YARN cluster mode with durable=True (its default) without
+            # RM tracking; with it, spark-submit does not wait and `on_kill` kills through
+            # the RM's REST API (there may be no `yarn` CLI on the worker).
+            hook._yarn_track_via_rm_api = True
         return hook
+
+    def poll_until_complete(self, external_id: Any, context: Context) -> None:
+        """The provider's polling; then, in YARN cluster mode, the driver's log into the task log."""
+        try:
+            super().poll_until_complete(external_id, context)
+        finally:
+            if self._driver_on_yarn and self._hook is not None:
+                self._copy_driver_log(self._hook, str(external_id))
+
+    def _copy_driver_log(self, hook: SparkSubmitHook, application_id: str) -> None:
+        """Log the driver's stdout and stderr line by line (at the levels they carry) and
+        keep the stages' error records from them. A log that cannot be fetched is a
+        warning: the application's own outcome decides the task."""
+        try:
+            logs = yarn_driver_log(hook._get_yarn_rm_base_url(), application_id, hook._resolved_yarn_rm_auth)
+        except (requests.RequestException, ValueError) as err:
+            self.log.warning("the driver log of YARN application %s was not fetched: %s", application_id, err)
+            return
+        for title, text in logs:
+            self.log.info("driver log %s:", title)
+            lines = text.splitlines()
+            output = SparkOutputLog(self.log)
+            for line in lines:
+                output.info(line)
+            self._driver_records.update(stage_errors.records_in(lines))
+
+    def _recorded_error(self, path: str) -> tuple[str, bool] | None:
+        """The job's error for error file `path`: from the driver's log (YARN cluster mode,
+        where the file stays in the driver's container), else from the local file."""
+        if path in self._driver_records:
+            record = self._driver_records[path]
+            return record["error"].strip(), record.get("refusal") is True
+        return None if self._driver_on_yarn else read_error_file(path)
 
     def _check_connection(self) -> None:
         # The provider silently falls back to `--master yarn` when the connection is
@@ -408,10 +520,10 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
         StageRefused when the job recorded a refusal of the input or the parameters.
         """
         for stage, path in self._error_files.items():
-            if found := read_error_file(path):
+            if found := self._recorded_error(path):
                 message, refusal = found
                 return (StageRefused if refusal else StageFailed)(f"stage {stage} failed: {message}")
-        if self._plan_error_file and (found := read_error_file(self._plan_error_file)):
+        if self._plan_error_file and (found := self._recorded_error(self._plan_error_file)):
             message, refusal = found
             return (StageRefused if refusal else StageFailed)(
                 f"stages {', '.join(self.stages)} failed before a stage ran: {message}"
@@ -420,8 +532,16 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Submit, then return the report: the stage's, or stage -> report when fused."""
-        self._error_files = {stage: _temp_file(f"lakeprep-{stage}-", ".error") for stage in self.stages}
-        self._plan_error_file = _temp_file(f"lakeprep-{self.label}-", ".error") if self.fused else None
+        self._driver_on_yarn = self._yarn_cluster_mode()
+        self._driver_records = {}
+        if self._driver_on_yarn:
+            # Paths in the driver container's working directory; the records come back
+            # through the driver's log (`_copy_driver_log`).
+            self._error_files = {stage: f"lakeprep-{stage}.error" for stage in self.stages}
+            self._plan_error_file = f"lakeprep-{self.label}.error" if self.fused else None
+        else:
+            self._error_files = {stage: _temp_file(f"lakeprep-{stage}-", ".error") for stage in self.stages}
+            self._plan_error_file = _temp_file(f"lakeprep-{self.label}-", ".error") if self.fused else None
         try:
             inputs, _ = self.prepare_submission(context["run_id"], self._window(context))
             self._check_connection()
@@ -431,14 +551,14 @@ class SparkStageOperator(RunSpecMixin, SparkLineageMixin, SparkSubmitOperator):
                 self.log.info("stage %s: %s", call.stage, " ".join(call.argv))
             try:
                 super().execute(context)
-            except AirflowException as err:
+            except (AirflowException, RuntimeError) as err:  # RuntimeError: a failed YARN application
                 failure = self._failure()
                 if failure:
                     raise failure from err
                 raise
         finally:
             for path in [*self._error_files.values(), self._plan_error_file]:
-                if path:
+                if path and not self._driver_on_yarn:
                     os.unlink(path)
             self._error_files, self._plan_error_file = {}, None
         reports = {}
