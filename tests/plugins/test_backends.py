@@ -1,4 +1,5 @@
-"""The handoff's backends: dispatch, the spark and kubernetes settings, the rendered jobs.
+"""The handoff's backends: the registry, the trainer's argv, the spark and kubernetes settings,
+the rendered jobs, the kubernetes backend's refusals and events.
 
 The PyTorchJob's pod templates and metadata are checked against the Kubernetes API
 schema as the official client models it: deserialized into `V1PodTemplateSpec` /
@@ -8,8 +9,8 @@ dropped by the models, a missing required one raises, so either fails the test).
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import logging
 import subprocess
 import sys
 import types
@@ -17,20 +18,17 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowFailException
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from lakeprep_airflow.backends import BACKENDS, require_backend, trainer_args
+from lakeprep_airflow import spec as spec_mod
+from lakeprep_airflow.backends import BACKENDS, Backend, backend_class, trainer_args
 from lakeprep_airflow.backends import kubernetes as k8s
-from lakeprep_airflow.backends import local as local_backend
 from lakeprep_airflow.backends import spark as spark_backend
-from lakeprep_airflow.operators.handoff import (
-    GpuTrainingHandoffOperator,
-    TrainingJobFailed,
-    TrainingJobRefused,
-)
-from lakeprep_airflow.triggers.training_job import TrainingJobTrigger
+from lakeprep_airflow.backends.local import preflight_command, trainer_command
+from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
+from lakeprep_contracts import knobs
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTS = str(REPO / "pipelines" / "flights.yaml")
@@ -39,8 +37,6 @@ HOOK_MODULE = "airflow.providers.cncf.kubernetes.hooks.kubernetes"
 
 
 def training(**changes):
-    from lakeprep_contracts import knobs
-
     return {**knobs.defaults("training"), **changes}
 
 
@@ -52,17 +48,113 @@ def as_k8s_model(data: dict, klass: str):
     return model
 
 
-# --------------------------------------------------------------------------- backend names
+# --------------------------------------------------------------------------- the registry
 
 
-def test_backends_are_the_knobs_enum():
-    assert BACKENDS == ("local", "spark", "kubernetes")
+def test_every_backend_name_the_spec_accepts_has_a_backend_and_vice_versa():
+    """The knob's enum (what the spec and the trigger form accept) is the registry's names."""
+    assert tuple(BACKENDS) == tuple(knobs.knob("training", "backend").schema["enum"])
+    for name, backend in BACKENDS.items():
+        assert backend.name == name and issubclass(backend, Backend)
+        assert spec_with_backend(name).training["backend"] == name
+    with pytest.raises(spec_mod.SpecError, match="training.backend"):
+        spec_with_backend("slurm")
+
+
+def spec_with_backend(name: str) -> spec_mod.DatasetSpec:
+    """flights.yaml with `training.backend` set as the trigger form sets it."""
+    op = GpuTrainingHandoffOperator(task_id="t", spec_path=FLIGHTS, overrides={"training.backend": name})
+    return op.run_spec()
+
+
+def test_a_backend_with_a_connection_gets_the_handoffs_argument_of_its_name():
+    op = GpuTrainingHandoffOperator(
+        task_id="t", spec_path=FLIGHTS, spark_conn_id="spark_x", kubernetes_conn_id="k8s_x"
+    )
+    for name, backend in BACKENDS.items():
+        spec = SimpleNamespace(training={"backend": name})
+        assert op.backend(spec).conn_id == ({"spark": "spark_x", "kubernetes": "k8s_x"}.get(name))
+        assert backend.uses_connection == (name != "local")
 
 
 def test_an_unknown_backend_is_refused_with_the_list():
     with pytest.raises(ValueError, match=r"'slurm' is not supported; choose one of local, spark, kubernetes"):
-        require_backend("slurm")
-    assert require_backend("spark") == "spark"
+        backend_class("slurm")
+    assert backend_class("spark") is spark_backend.SparkBackend
+
+
+# --------------------------------------------------------------------------- the trainer's argv
+
+
+TRAIN_ARGS = trainer_args(
+    manifest="/m.json",
+    output="/out",
+    training=training(epochs=3, learning_rate=0.01, checkpoint_every_steps=50, grad_accumulation_steps=2),
+    seed=7,
+    checkpoint_dir="/ckpt",
+)
+
+
+def test_trainer_args_carry_the_spec_training_section():
+    assert TRAIN_ARGS == [
+        "--manifest",
+        "/m.json",
+        "--output",
+        "/out",
+        "--epochs",
+        "3",
+        "--lr",
+        "0.01",
+        "--seed",
+        "7",
+        "--precision",
+        "auto",
+        "--grad-accumulation",
+        "2",
+        "--checkpoint-dir",
+        "/ckpt",
+        "--checkpoint-every",
+        "50",
+    ]
+    no_checkpoints = trainer_args(manifest="/m.json", output="/out", training=training(), seed=0)
+    assert "--checkpoint-dir" not in no_checkpoints
+
+
+# --------------------------------------------------------------------------- local
+
+
+def test_single_rank_without_restarts_runs_the_trainer_module():
+    cmd = trainer_command(args=TRAIN_ARGS, training=training(world_size=1, max_restarts=0))
+    assert cmd == [sys.executable, "-m", "lakeprep_train.train", *TRAIN_ARGS]
+
+
+@pytest.mark.parametrize(("world_size", "restarts"), [(2, 0), (2, 3), (1, 2)])
+def test_several_ranks_or_restarts_go_through_torchrun(world_size, restarts):
+    cmd = trainer_command(args=TRAIN_ARGS, training=training(world_size=world_size, max_restarts=restarts))
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world_size}",
+        f"--max-restarts={restarts}",
+        "-m",
+        "lakeprep_train.train",
+        *TRAIN_ARGS,
+    ]
+
+
+def test_preflight_checks_the_world_size_of_the_spec():
+    cmd = preflight_command(manifest="/m.json", training=training(world_size=4))
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "lakeprep_train.preflight",
+        "--manifest",
+        "/m.json",
+        "--world-size",
+        "4",
+    ]
 
 
 # --------------------------------------------------------------------------- spark
@@ -223,140 +315,6 @@ def test_submission_without_the_provider_names_the_package(monkeypatch):
     job = k8s.render_pytorch_job(name="j", training=training(), args=ARGS)
     with pytest.raises(RuntimeError, match="apache-airflow-providers-cncf-kubernetes"):
         k8s.submit(job, kubernetes_conn_id="kubernetes_default")
-
-
-# --------------------------------------------------------------------------- dispatch
-
-
-@pytest.fixture
-def lake(tmp_path: Path) -> Path:
-    """A lake whose export partition for RUN_DS has a manifest (the operator checks it exists)."""
-    export = tmp_path / "lake" / "export_shards" / "flights" / f"dt={RUN_DS}"
-    export.mkdir(parents=True)
-    (export / "manifest.json").write_text("{}")
-    return tmp_path / "lake"
-
-
-def handoff(lake: Path, **overrides) -> GpuTrainingHandoffOperator:
-    return GpuTrainingHandoffOperator(
-        task_id="gpu_training_handoff",
-        spec_path=FLIGHTS,
-        lake_root=f"file://{lake}",
-        run_ds=RUN_DS,
-        overrides={f"training.{k}": v for k, v in overrides.items()},
-    )
-
-
-def fake_trainer(calls: list, output_of):
-    """Records its call and writes the metrics.json the operator then reads."""
-
-    def run(*args, **kwargs):
-        calls.append((args, kwargs))
-        out = output_of(args, kwargs)
-        if out is not None:  # the preflight writes nothing
-            (Path(out) / "metrics.json").write_text(json.dumps({"validation": {"accuracy": 1.0}}))
-
-    return run
-
-
-def test_operator_refuses_an_unknown_backend_before_any_work(tmp_path, monkeypatch):
-    op = handoff(tmp_path / "empty-lake")  # no manifest: a later check would fail differently
-    spec = op.run_spec()
-    # The spec schema refuses the name at parse; the operator must refuse it on its own too.
-    bad = dataclasses.replace(spec, data={**spec.data, "training": {**spec.training, "backend": "slurm"}})
-    monkeypatch.setattr(op, "run_spec", lambda: bad)
-    with pytest.raises(ValueError, match="choose one of local, spark, kubernetes"):
-        op.execute({})
-
-
-def test_local_backend_runs_the_command_on_the_worker(lake, monkeypatch):
-    calls: list = []
-    output_of = lambda args, kwargs: args[0][args[0].index("--output") + 1] if "--output" in args[0] else None  # noqa: E731
-    monkeypatch.setattr(local_backend, "run_trainer", fake_trainer(calls, output_of))
-    result = handoff(lake, world_size="1", max_restarts="0").execute({})
-    ((check,), _), ((command,), kwargs) = calls
-    assert check[1:3] == ["-m", "lakeprep_train.preflight"]  # before any rank starts
-    assert command[1:3] == ["-m", "lakeprep_train.train"]
-    assert kwargs["manifest_uri"] == f"file://{lake}/export_shards/flights/dt={RUN_DS}/manifest.json"
-    assert result["metrics"] == {"validation": {"accuracy": 1.0}}
-    # Written under the staging folder, with its checkpoint folder beside it; committed with _SUCCESS.
-    output = Path(command[command.index("--output") + 1])
-    assert output.parent.parent == lake / "models" / "flights" / "_staging"
-    assert command[command.index("--checkpoint-dir") + 1] == str(output.parent / "checkpoints")
-    committed = lake / "models" / "flights" / f"dt={RUN_DS}"
-    assert sorted(p.name for p in committed.iterdir()) == ["_SUCCESS", "metrics.json"]
-    assert not output.parent.parent.exists()  # staging and checkpoints removed after the commit
-
-
-def test_spark_backend_hands_the_trainer_args_to_the_distributor(lake, monkeypatch):
-    calls: list = []
-    output_of = lambda args, kwargs: kwargs["args"][kwargs["args"].index("--output") + 1]  # noqa: E731
-    monkeypatch.setattr(spark_backend, "run_trainer", fake_trainer(calls, output_of))
-    result = handoff(lake, backend="spark", local_mode="true").execute({})
-    (_, kwargs) = calls[0]
-    assert kwargs["spark_conn_id"] == "spark_default"
-    assert kwargs["training"]["backend"] == "spark" and kwargs["training"]["local_mode"] is True
-    assert kwargs["args"][:2] == [
-        "--manifest",
-        str(lake / "export_shards" / "flights" / f"dt={RUN_DS}" / "manifest.json"),
-    ]
-    assert str(REPO / "training") in kwargs["pythonpath"].split(":")
-    assert kwargs["spec_conf"]["spark.sql.shuffle.partitions"] == "4"  # the spec's spark.conf
-    assert (lake / "models" / "flights" / f"dt={RUN_DS}" / "metrics.json").exists()
-    assert result["model_uri"] == f"file://{lake}/models/flights/dt={RUN_DS}"
-
-
-def test_kubernetes_backend_renders_only_without_a_connection(lake, monkeypatch):
-    monkeypatch.delenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", raising=False)
-    result = handoff(lake, backend="kubernetes", gpus_per_worker="1", image="registry/t:1").execute({})
-    assert result["submitted"] is False
-    job = result["job"]
-    assert (job["kind"], job["spec"]["runtimeRef"]["name"]) == ("TrainJob", "torch-distributed")
-    assert job["metadata"]["name"] == f"lakeprep-flights-{RUN_DS}-manual"  # run key outside a run
-    trainer = job["spec"]["trainer"]
-    assert trainer["image"] == "registry/t:1"
-    manifest = f"file://{lake}/export_shards/flights/dt={RUN_DS}/manifest.json"
-    assert trainer["command"][trainer["command"].index("--manifest") + 1] == manifest
-    # The pods write into the lake's staging folder, from which the operator commits.
-    staging = lake / "models" / "flights" / "_staging" / f"dt={RUN_DS}-manual"
-    assert trainer["command"][trainer["command"].index("--output") + 1] == str(staging / "model")
-    assert trainer["command"][trainer["command"].index("--checkpoint-dir") + 1] == str(
-        staging / "checkpoints"
-    )
-
-
-def test_kubernetes_backend_submits_through_the_provider_hook_and_defers(lake, monkeypatch):
-    hook = FakeHook()
-    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=hook))
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))
-    with pytest.raises(TaskDeferred) as deferred:
-        handoff(lake, backend="kubernetes", namespace="ml", poll_seconds="5").execute({})
-    ((call, kwargs),) = [c for c in hook.calls if c[0] == "create"]
-    assert (kwargs["group"], kwargs["version"], kwargs["plural"], kwargs["namespace"]) == (
-        "trainer.kubeflow.org",
-        "v1alpha1",
-        "trainjobs",
-        "ml",
-    )
-    assert hook.conn_ids == {"kubernetes_default"}
-    trigger = deferred.value.trigger
-    assert deferred.value.method_name == "execute_complete"
-    assert isinstance(trigger, TrainingJobTrigger)
-    assert (trigger.api, trigger.name, trigger.namespace, trigger.poll_seconds) == (
-        "trainjob",
-        kwargs["body"]["metadata"]["name"],
-        "ml",
-        5,
-    )
-
-
-def test_kubernetes_backend_with_a_connection_but_no_provider_fails_clearly(lake, monkeypatch):
-    monkeypatch.setitem(sys.modules, HOOK_MODULE, None)
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))
-    with pytest.raises(
-        RuntimeError, match="needs the Airflow provider package apache-airflow-providers-cncf-kubernetes"
-    ):
-        handoff(lake, backend="kubernetes").execute({})
 
 
 # --------------------------------------------------------------------------- TrainJob
@@ -601,65 +559,49 @@ def test_a_job_the_api_refuses_is_a_refusal(monkeypatch):
         k8s.submit(rendered(), kubernetes_conn_id="k")
 
 
-# --------------------------------------------------------------------------- completion
+# --------------------------------------------------------------------------- the kubernetes backend
+
+
+def kubernetes_backend() -> k8s.KubernetesBackend:
+    return k8s.KubernetesBackend(conn_id="kubernetes_default", log=logging.getLogger("test"))
 
 
 def event(status, **fields):
     return {"status": status, "api": "trainjob", "name": "j", "namespace": "ml", **fields}
 
 
-def test_a_succeeded_job_is_committed_like_the_local_backend(lake):
-    op = handoff(lake, backend="kubernetes")
-    staging = lake / "models" / "flights" / "_staging" / f"dt={RUN_DS}-manual"
-    # What the pods leave on the mounted lake: the model folder and their checkpoints.
-    (staging / "model").mkdir(parents=True)
-    (staging / "checkpoints").mkdir()
-    (staging / "model" / "metrics.json").write_text(json.dumps({"validation": {"accuracy": 0.5}}))
-    (staging / "model" / "model.pt").write_bytes(b"weights")
-    result = op.execute_complete({}, event("succeeded", message="TrainJob ml/j: succeeded"))
-    committed = lake / "models" / "flights" / f"dt={RUN_DS}"
-    assert sorted(p.name for p in committed.iterdir()) == ["_SUCCESS", "metrics.json", "model.pt"]
-    assert result["metrics"] == {"validation": {"accuracy": 0.5}}
-    assert result["model_uri"] == f"file://{lake}/models/flights/dt={RUN_DS}"
-    assert not staging.parent.exists()
-
-
-def test_a_succeeded_job_without_a_model_on_the_lake_names_the_mount(lake):
-    with pytest.raises(TrainingJobRefused, match="must mount the lake at the path the worker sees"):
-        handoff(lake, backend="kubernetes").execute_complete({}, event("succeeded"))
-
-
-def test_a_failed_job_fails_the_task_with_its_reason(lake):
-    op = handoff(lake, backend="kubernetes")
-    with pytest.raises(TrainingJobRefused, match="exitcode  : 2") as refused:
-        op.execute_complete(
-            {}, event("failed", message=f"TrainJob ml/j failed\n{TORCHRUN_SUMMARY}", refusal=True)
+def test_a_failed_job_fails_the_task_with_its_reason(tmp_path):
+    backend = kubernetes_backend()
+    with pytest.raises(k8s.TrainingJobRefused, match="exitcode  : 2") as refused:
+        backend.result(
+            event("failed", message=f"TrainJob ml/j failed\n{TORCHRUN_SUMMARY}", refusal=True), tmp_path
         )
     assert isinstance(refused.value, AirflowFailException)  # no retries
-    with pytest.raises(TrainingJobFailed, match="OOMKilled") as failed:
-        op.execute_complete({}, event("failed", message="pod p exited with 137 (OOMKilled)", refusal=False))
+    with pytest.raises(k8s.TrainingJobFailed, match="OOMKilled") as failed:
+        backend.result(event("failed", message="pod p exited with 137 (OOMKilled)", refusal=False), tmp_path)
     assert not isinstance(failed.value, AirflowFailException)  # retried
-    with pytest.raises(TrainingJobFailed, match="deleted: TrainJob ml/j was deleted"):
-        op.execute_complete({}, event("deleted", message="TrainJob ml/j was deleted before it finished"))
-    assert not (lake / "models" / "flights" / f"dt={RUN_DS}").exists()
+    with pytest.raises(k8s.TrainingJobFailed, match="deleted: TrainJob ml/j was deleted"):
+        backend.result(event("deleted", message="TrainJob ml/j was deleted before it finished"), tmp_path)
 
 
-def test_on_kill_deletes_the_submitted_job(lake, monkeypatch):
-    hook = FakeHook()
-    monkeypatch.setitem(sys.modules, HOOK_MODULE, types.SimpleNamespace(KubernetesHook=hook))
-    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps({"conn_type": "kubernetes"}))
-    op = handoff(lake, backend="kubernetes")
-    op.on_kill()  # nothing submitted yet: nothing to delete
-    with pytest.raises(TaskDeferred):
-        op.execute({})
-    (name,) = hook.objects
-    op.on_kill()
-    assert hook.objects == {} and ("delete", name, "Foreground") in hook.calls
+def test_a_succeeded_job_without_a_model_on_the_lake_names_the_mount(tmp_path):
+    with pytest.raises(k8s.TrainingJobRefused, match="must mount the lake at the path the worker sees"):
+        kubernetes_backend().result(event("succeeded"), tmp_path)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "metrics.json").write_text("{}")
+    kubernetes_backend().result(event("succeeded"), tmp_path)  # the model is there: nothing raised
 
 
-def test_kubernetes_backend_refuses_a_lake_the_pods_cannot_write(lake, monkeypatch):
-    op = handoff(lake, backend="kubernetes")
+def test_kubernetes_backend_refuses_a_lake_the_pods_cannot_write():
+    backend = kubernetes_backend()
     with pytest.raises(
-        TrainingJobRefused, match=r"hdfs://nn:8020/lake/models/flights/dt=.* is not a file:// lake"
+        k8s.TrainingJobRefused, match=r"hdfs://nn:8020/lake/models/flights/dt=.* is not a file:// lake"
     ):
-        op._kubernetes_work(op.run_spec(), f"hdfs://nn:8020/lake/models/flights/dt={RUN_DS}", {})
+        backend.prepare(f"hdfs://nn:8020/lake/models/flights/dt={RUN_DS}")
+    backend.prepare(f"file:///lake/models/flights/dt={RUN_DS}")
+
+
+def test_backends_that_run_in_the_task_have_no_event_to_read(tmp_path):
+    local = BACKENDS["local"](conn_id=None, log=logging.getLogger("test"))
+    with pytest.raises(TypeError, match="training backend 'local' does not defer"):
+        local.result(event("succeeded"), tmp_path)

@@ -1,5 +1,14 @@
 """Backend `kubernetes`: a Kubeflow Trainer job runs the trainer; the triggerer waits for it.
 
+`KubernetesBackend` renders the run's job, reading the manifest from the lake and writing
+the model into the lake's staging folder (a `file://` lake the pods mount at the same
+path), submits it when the `kubernetes_conn_id` connection exists (else it only logs
+it), and defers: `TrainingJobTrigger` polls the job from the triggerer, so no worker slot
+is held while it trains. A succeeded job's model folder is committed by the handoff as
+for `local`; a failed job fails the task with the job's reason and the failed pods'
+messages, without retries when the trainer refused its input. `on_kill` (and the
+trigger's, while deferred) deletes the job.
+
 Two job APIs, picked by `training.kubernetes_api`:
 
 - `trainjob` (default): a Kubeflow Trainer v2 `TrainJob` (trainer.kubeflow.org/v1alpha1,
@@ -30,9 +39,13 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-from lakeprep_airflow.backends import torchrun_options
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+
+from lakeprep_airflow.backends.base import RESUME_METHOD, Backend, TrainingRun, torchrun_options
 
 PROVIDER_PACKAGE = "apache-airflow-providers-cncf-kubernetes"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -338,10 +351,6 @@ class JobState:
     reason: str = ""
     message: str = ""
 
-    @property
-    def done(self) -> bool:
-        return self.phase in ("succeeded", "failed")
-
     def describe(self) -> str:
         why = ": ".join(filter(None, [self.reason, self.message]))
         return f"{self.phase} ({why})" if why else self.phase
@@ -550,3 +559,120 @@ def delete(job: Mapping[str, Any], *, kubernetes_conn_id: str) -> bool:
             return False
         raise
     return True
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+class TrainingJobRefused(AirflowFailException, ValueError):
+    """The Kubernetes job cannot succeed as rendered: the API refused it, the trainer refused
+    its input, or the lake is not one the pods write to. Fails without retries."""
+
+
+class TrainingJobFailed(AirflowException):
+    """The Kubernetes job failed, or vanished, for a reason another try may not meet."""
+
+
+class KubernetesBackend(Backend):
+    """`training.backend: kubernetes`: submit the run's job, adopting this run's own, and defer."""
+
+    name = "kubernetes"
+    reads_local_files = False
+    uses_connection = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job: dict[str, Any] | None = None  # the job this try submitted
+
+    def prepare(self, model_uri: str) -> None:
+        """The pods write the model where the handoff commits it from: the lake's own staging
+        folder, so the lake must be a `file://` one the pods mount at the same path."""
+        if urlparse(model_uri).scheme not in ("", "file"):
+            raise TrainingJobRefused(
+                f"training.backend kubernetes writes the model to the lake's staging folder, which "
+                f"the pods must mount at the same path: {model_uri} is not a file:// lake (mount the "
+                "lake in the pods and the worker as file://, or train with backend local or spark)"
+            )
+
+    def _connection_extra(self) -> dict[str, Any] | None:
+        """The connection's extra; None when there is no such connection (render only)."""
+        from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+
+        try:
+            return BaseHook.get_connection(str(self.conn_id)).extra_dejson
+        except AirflowNotFoundException:
+            return None
+
+    def train(self, run: TrainingRun) -> dict[str, Any]:
+        from lakeprep_airflow.triggers.training_job import TrainingJobTrigger
+
+        extra = self._connection_extra()
+        try:
+            job = render_job(
+                name=job_name(run.dataset, run.run_ds, run.run_key),
+                training=run.training,
+                # The pods read the manifest from the lake and write beside its staging
+                # folder, the checkpoints next to the model: a restarted pod's trainer resumes.
+                args=run.trainer_args(),
+                placed=placement(run.training, (extra or {}).get(CONNECTION_EXTRA), str(self.conn_id)),
+                labels={"lakeprep/dataset": run.dataset, "lakeprep/run-ds": run.run_ds},
+            )
+        except ValueError as err:
+            raise TrainingJobRefused(str(err)) from err
+        kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
+        self.log.info("%s: %s", kind, json.dumps(job, sort_keys=True))
+        result = {"backend": self.name, "manifest_uri": run.manifest_uri, "job": job}
+        if extra is None:
+            self.log.warning("no connection %r: %s rendered, not submitted", self.conn_id, kind)
+            return {**result, "submitted": False}
+        run.clear_model_dir(self.log)
+        self.job = job
+        try:
+            outcome = submit(job, kubernetes_conn_id=str(self.conn_id), log=self.log.info)
+        except JobRefused as err:
+            raise TrainingJobRefused(str(err)) from err
+        self.log.info(
+            "%s %s/%s %s; logs: kubectl logs -f -n %s -l %s=%s --prefix",
+            kind,
+            namespace,
+            name,
+            outcome,
+            namespace,
+            api_of(job).pod_label,
+            name,
+        )
+        raise TaskDeferred(
+            trigger=TrainingJobTrigger(
+                api=run.training["kubernetes_api"],
+                name=name,
+                namespace=namespace,
+                kubernetes_conn_id=str(self.conn_id),
+                poll_seconds=run.training["poll_seconds"],
+            ),
+            method_name=RESUME_METHOD,
+        )
+
+    def result(self, event: Mapping[str, Any], work: Path) -> None:
+        """The trigger's event: the model of a finished job is on the lake, or the job's reason."""
+        label = f"{event.get('name')} in namespace {event.get('namespace')}"
+        status = event.get("status")
+        if status == "failed":
+            if event.get("refusal"):
+                raise TrainingJobRefused(event["message"])
+            raise TrainingJobFailed(event["message"])
+        if status != "succeeded":
+            # `deleted` (killed by someone else) or `error` (the API unreachable): a retry
+            # submits again and resumes from the checkpoint.
+            raise TrainingJobFailed(f"training job {label}: {status}: {event.get('message')}")
+        self.log.info("%s", event.get("message"))
+        if not (work / "model" / "metrics.json").exists():
+            raise TrainingJobRefused(
+                f"training job {label} succeeded but left no {work / 'model' / 'metrics.json'}: the "
+                "pods must mount the lake at the path the worker sees (docs/TRAINING.md)"
+            )
+
+    def on_kill(self) -> None:
+        """Delete the job this try submitted (while deferred, the trigger's on_kill does)."""
+        if self.job is not None and delete(self.job, kubernetes_conn_id=str(self.conn_id)):
+            self.log.info("deleted %s %s", self.job["kind"], self.job["metadata"]["name"])

@@ -1,12 +1,20 @@
-"""Backend `local`: the trainer on the Airflow worker, torchrun for several ranks."""
+"""Backend `local`: the trainer on the Airflow worker, torchrun for several ranks.
+
+`python -m lakeprep_train.preflight` runs first (every rank's plan, the GPUs, the memory
+estimate: one clear error instead of N failing ranks), then `torchrun --standalone
+--nproc-per-node N --max-restarts R` (NCCL on CUDA, gloo on CPU, chosen by the trainer;
+plain `python -m lakeprep_train.train` for one rank without restarts). Their output is
+streamed into the task log; a non-zero exit fails the task with the trainer's last line.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from typing import Any
 
-from lakeprep_airflow.backends import torchrun_options
+from lakeprep_airflow.backends.base import Backend, TrainingRun, torchrun_options, trainer_pythonpath
 
 
 def trainer_command(
@@ -57,3 +65,20 @@ def run_trainer(command: list[str], *, env: dict[str, str], cwd: str, manifest_u
     result = SubprocessHook().run_command(command=command, env=env, cwd=cwd)
     if result.exit_code != 0:
         raise RuntimeError(f"{command[2]} exited with {result.exit_code} on {manifest_uri}: {result.output}")
+
+
+class LocalBackend(Backend):
+    """`training.backend: local`: preflight, then the trainer, in the worker's own process tree."""
+
+    name = "local"
+
+    def train(self, run: TrainingRun) -> None:
+        run.clear_model_dir(self.log)
+        run.model_dir.mkdir(parents=True)
+        env = {**os.environ, "PYTHONPATH": trainer_pythonpath()}
+        check = preflight_command(manifest=run.manifest, training=run.training)
+        self.log.info("preflight: %s", " ".join(check))
+        run_trainer(check, env=env, cwd=str(run.work), manifest_uri=run.manifest_uri)
+        command = trainer_command(args=run.trainer_args(), training=run.training)
+        self.log.info("running trainer: %s", " ".join(command))
+        run_trainer(command, env=env, cwd=str(run.work), manifest_uri=run.manifest_uri)

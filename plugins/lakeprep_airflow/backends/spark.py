@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from lakeprep_airflow.backends.base import Backend, TrainingRun, trainer_pythonpath
 from lakeprep_airflow.locations import training_dir
 
 
@@ -149,4 +150,25 @@ def run_trainer(
         raise RuntimeError(
             f"TorchDistributor({settings}) on {master}: lakeprep_train.train exited with {exit_code} "
             "on rank 0 (its reason is in the ranks' output above)"
+        )
+
+
+class SparkBackend(Backend):
+    """`training.backend: spark`: TorchDistributor on the cluster of the `spark_conn_id` connection."""
+
+    name = "spark"
+    uses_connection = True
+
+    def train(self, run: TrainingRun) -> None:
+        run.clear_model_dir(self.log)
+        run.model_dir.mkdir(parents=True)
+        args = run.trainer_args()
+        self.log.info("TorchDistributor: %s %s", train_file(), " ".join(args))
+        run_trainer(
+            args=args,
+            training=run.training,
+            spark_conn_id=str(self.conn_id),
+            pythonpath=trainer_pythonpath(),
+            app_name=f"lakeprep-train-{run.dataset}-{run.run_ds}",
+            spec_conf=run.spark_conf,
         )

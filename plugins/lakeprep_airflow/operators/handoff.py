@@ -1,24 +1,10 @@
 """`GpuTrainingHandoffOperator`: hand an exported manifest to the reference trainer.
 
-`training.backend` picks where it runs (one module each in `lakeprep_airflow.backends`,
-docs/TRAINING.md); an unknown one fails before any work, listing the backends.
-
-- `local` runs the trainer on the Airflow worker: `python -m lakeprep_train.preflight`
-  first (every rank's plan, the GPUs, the memory estimate: one clear error instead of N
-  failing ranks), then `torchrun --standalone --nproc-per-node N --max-restarts R`
-  (NCCL on CUDA, gloo on CPU, chosen by the trainer; plain `python -m
-  lakeprep_train.train` for one rank without restarts). Its output is streamed into the
-  task log; a non-zero exit fails the task with the trainer's last line.
-- `spark` runs the same entry point through `TorchDistributor` on the Spark cluster of
-  the `spark_conn_id` connection; the outputs are read and copied as for `local`.
-- `kubernetes` renders a Kubeflow Trainer `TrainJob` (or a v1 `PyTorchJob`, by
-  `training.kubernetes_api`) reading the manifest from the lake and writing the model to
-  the lake's staging folder (a `file://` lake the pods mount at the same path), submits
-  it when the `kubernetes_conn_id` connection exists, and defers: `TrainingJobTrigger`
-  polls the job from the triggerer, so no worker slot is held while it trains. On success
-  `execute_complete` commits the model folder as for `local`; on failure it fails the task
-  with the job's reason and the failed pods' messages, without retries when the trainer
-  refused its input. `on_kill` (and the trigger's, while deferred) deletes the job.
+`training.backend` picks where the trainer runs: one `Backend` class each in
+`lakeprep_airflow.backends` (`local`, `spark`, `kubernetes`; docs/TRAINING.md), chosen by
+name from its registry; an unknown one fails before any work, listing the backends. The
+operator stages, runs the backend and commits; the staging, the copy-down of a remote
+lake's export and the commit below are the same for every backend.
 
 The model folder lands like every stage's partition: the trainer writes it under
 `models/<dataset>/_staging/dt=<ds>-<run key>/` (with its checkpoints beside it), and
@@ -30,7 +16,8 @@ partition and every file its manifest names (a prepared export's entries are the
 days' files, `../../../sample/<dataset>/dt=<day>/...`) are copied to a local work folder
 laid out as the lake (`copy_export_down`), so the manifest's relative paths resolve there
 as in the lake; the model folder is uploaded to the lake's staging folder and renamed
-into place.
+into place. A backend that reads the lake itself (`kubernetes`) gets the lake's manifest
+URI and writes into the lake's staging folder.
 The task returns the trainer's metrics (its XCom), so the run summary and later tasks
 read them without touching the lake.
 """
@@ -40,37 +27,32 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import posixpath
 import shutil
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_airflow.backends import local as local_backend
-from lakeprep_airflow.backends import require_backend, trainer_args
-from lakeprep_airflow.backends.local import trainer_command
+from lakeprep_airflow.backends import Backend, TrainingRun, backend_class
 from lakeprep_airflow.lineage import HandoffLineageMixin
-from lakeprep_airflow.locations import (
-    contracts_dir,
-    require_lake_root,
-    training_dir,
-)
+from lakeprep_airflow.locations import require_lake_root
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 from lakeprep_contracts import documents, layout
 
 if TYPE_CHECKING:
+    import logging
+
     from airflow.sdk import Context
 
 TRAINER_OUTPUTS = ("metrics.json", "telemetry.json", "model.pt", "transform.json")
-__all__ = ["GpuTrainingHandoffOperator", "trainer_command"]
 
 
 def run_key(context: Context | dict) -> str:
@@ -159,13 +141,55 @@ def copy_export_down(fs: lake_fs.LakeFS, lake_path: str, export_path: str, local
     return local_export / "manifest.json"
 
 
-class TrainingJobRefused(AirflowFailException, ValueError):
-    """The Kubernetes job cannot succeed as rendered: the API refused it, the trainer refused
-    its input, or the lake is not one the pods write to. Fails without retries."""
+@dataclass(frozen=True)
+class ModelStaging:
+    """Where a run's model folder is built, and the partition it is committed onto."""
+
+    fs: lake_fs.LakeFS  # the lake's filesystem
+    partition: str  # `models/<dataset>/dt=<ds>` in `fs`
+    staged: str  # its staging folder in `fs`
+    work: Path  # the trainer's folder: `model/`, `checkpoints/` (and `lake/`, a copied export)
+    remote: bool  # the lake is not on this host's filesystem
 
 
-class TrainingJobFailed(AirflowException):
-    """The Kubernetes job failed, or vanished, for a reason another try may not meet."""
+def model_staging(model_uri: str, key: str, *, webhdfs_conn_id: str) -> ModelStaging:
+    """The run's `ModelStaging`: the trainer works in the lake's own staging folder on a
+    file:// lake, in a local folder of the same name otherwise (the trainer reads and writes
+    local files). The name is stable for the task's run, so a retry finds its checkpoint."""
+    fs, partition = lake_fs.resolve(model_uri, webhdfs_conn_id=webhdfs_conn_id)
+    staged = staging_path(partition, key)
+    remote = urlparse(model_uri).scheme not in ("", "file")
+    work = Path(tempfile.gettempdir()) / f"lakeprep-train-{Path(staged).name}" if remote else Path(staged)
+    return ModelStaging(fs=fs, partition=partition, staged=staged, work=work, remote=remote)
+
+
+def commit_model(staging: ModelStaging, log: logging.Logger) -> dict[str, Any]:
+    """Commit `work/model` as the run's model partition, `_SUCCESS` inside; returns its metrics.
+
+    A reader sees the old folder, no folder or the new one, never a part (as a Spark
+    stage's `PartitionCommit`). On a remote lake the files are first uploaded to the
+    lake's staging folder, then renamed. The work folder (checkpoints too) goes after.
+    """
+    model_dir, fs = staging.work / "model", staging.fs
+    metrics = json.loads((model_dir / "metrics.json").read_text())
+    (model_dir / layout.SUCCESS).write_bytes(b"")
+    if staging.remote:
+        fs.delete(staging.staged)
+        for name in (*TRAINER_OUTPUTS, layout.SUCCESS):
+            if (model_dir / name).exists():
+                fs.write_bytes(lake_fs.join(staging.staged, name), (model_dir / name).read_bytes())
+        source = staging.staged
+    else:
+        source = str(model_dir)
+    if fs.exists(staging.partition):
+        fs.delete(staging.partition)
+    fs.replace(source, staging.partition)
+    log.info("committed %s", staging.partition)
+    shutil.rmtree(staging.work, ignore_errors=True)
+    if not staging.remote:  # the last run's staging leaves no empty `_staging/` in the lake
+        with contextlib.suppress(OSError):
+            staging.work.parent.rmdir()
+    return metrics
 
 
 class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator):
@@ -197,6 +221,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
         super().__init__(**kwargs)
         self.spark_conn_id = spark_conn_id
         self.kubernetes_conn_id = kubernetes_conn_id
+        self._backend: Backend | None = None
 
     def locations(self, spec: spec_mod.DatasetSpec) -> tuple[str, str]:
         """(export partition URI, model output URI) for this run."""
@@ -206,105 +231,78 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
             spec_mod.lake_uri(root, layout.MODELS, spec.name, self.run_ds),
         )
 
+    def backend(self, spec: spec_mod.DatasetSpec) -> Backend:
+        """The spec's `training.backend`, with this task's `<name>_conn_id` connection."""
+        backend = backend_class(spec.training["backend"])
+        conn_id = getattr(self, f"{backend.name}_conn_id") if backend.uses_connection else None
+        return backend(conn_id=conn_id, log=self.log)
+
     def execute(self, context: Context) -> dict[str, Any]:
         spec = self.run_spec()
-        training = spec.training
-        backend = require_backend(training["backend"])
-        export_uri, output_uri = self.locations(spec)
+        self._backend = backend = self.backend(spec)  # an unknown name fails here, before any work
+        export_uri, model_uri = self.locations(spec)
+        manifest_uri = f"{export_uri}/manifest.json"
         fs, export_path = lake_fs.resolve(export_uri, webhdfs_conn_id=self.webhdfs_conn_id)
         if not fs.exists(lake_fs.join(export_path, "manifest.json")):
-            raise FileNotFoundError(f"no manifest at {export_uri}/manifest.json; did export_shards run?")
-        if backend == "kubernetes":
-            return self._train_on_kubernetes(spec, export_uri, output_uri, context)
-
-        remote = urlparse(export_uri).scheme not in ("", "file")
-        out_fs, out_path = lake_fs.resolve(output_uri, webhdfs_conn_id=self.webhdfs_conn_id)
-        staged = staging_path(out_path, run_key(context))
-        # The trainer writes under `work`: the lake's own staging folder on file:// lakes,
-        # a local folder otherwise (the trainer reads and writes local files). Its name
-        # is stable for the task's run, so a retry finds the killed attempt's checkpoint
-        # and resumes; whatever else that attempt left is removed first.
-        work = (
-            Path(staged)
-            if not remote
-            else Path(tempfile.gettempdir()) / f"lakeprep-train-{Path(staged).name}"
-        )
-        model_dir, checkpoints = work / "model", work / "checkpoints"
-        if model_dir.exists():
-            self.log.info("removing %s, left by an earlier attempt (its checkpoints stay)", model_dir)
-            shutil.rmtree(model_dir)
-        model_dir.mkdir(parents=True)
-        if remote:
-            local_lake = work / "lake"
-            self.log.info(
-                "copying %s and the files its manifest names to %s for training", export_uri, local_lake
-            )
-            shutil.rmtree(local_lake, ignore_errors=True)
-            _, lake_path = lake_fs.resolve(
-                require_lake_root(self.lake_root), webhdfs_conn_id=self.webhdfs_conn_id
-            )
-            try:
-                manifest = copy_export_down(fs, lake_path, export_path, local_lake)
-            except ValueError as err:
-                raise ExportRefused(str(err)) from err
+            raise FileNotFoundError(f"no manifest at {manifest_uri}; did export_shards run?")
+        backend.prepare(model_uri)
+        staging = model_staging(model_uri, run_key(context), webhdfs_conn_id=self.webhdfs_conn_id)
+        if not backend.reads_local_files:
+            manifest = manifest_uri
+        elif staging.remote:
+            manifest = str(self._copy_export_down(fs, export_uri, export_path, staging.work / "lake"))
         else:
-            manifest = Path(export_path) / "manifest.json"
-        args = trainer_args(
-            manifest=str(manifest),
-            output=str(model_dir),
-            training=training,
+            manifest = str(Path(export_path) / "manifest.json")
+        run = TrainingRun(
+            dataset=spec.name,
+            run_ds=self.run_ds,
+            run_key=run_key(context),
+            training=spec.training,
             seed=spec.stages["sample"]["seed"],
-            checkpoint_dir=str(checkpoints),
+            spark_conf=spec.data.get("spark", {}).get("conf", {}),
+            manifest=manifest,
+            manifest_uri=manifest_uri,
+            work=staging.work,
         )
-        # The trainer checks the manifest against lakeprep_contracts' schema.
-        pythonpath = os.pathsep.join(
-            filter(None, [str(training_dir()), str(contracts_dir()), os.environ.get("PYTHONPATH")])
-        )
-        if backend == "spark":
-            from lakeprep_airflow.backends import spark as spark_backend
+        untrained = backend.train(run)  # a backend that waits in the triggerer defers here
+        if untrained is not None:
+            return untrained
+        return self._trained(staging, manifest_uri, model_uri)
 
-            self.log.info("TorchDistributor: %s %s", spark_backend.train_file(), " ".join(args))
-            spark_backend.run_trainer(
-                args=args,
-                training=training,
-                spark_conn_id=self.spark_conn_id,
-                pythonpath=pythonpath,
-                app_name=f"lakeprep-train-{spec.name}-{self.run_ds}",
-                spec_conf=spec.data.get("spark", {}).get("conf", {}),
-            )
-        else:
-            env = {**os.environ, "PYTHONPATH": pythonpath}
-            where = f"{export_uri}/manifest.json"
-            check = local_backend.preflight_command(manifest=str(manifest), training=training)
-            self.log.info("preflight: %s", " ".join(check))
-            local_backend.run_trainer(check, env=env, cwd=str(work), manifest_uri=where)
-            command = trainer_command(args=args, training=training)
-            self.log.info("running trainer: %s", " ".join(command))
-            local_backend.run_trainer(command, env=env, cwd=str(work), manifest_uri=where)
-        return self._commit_trained(
-            out_fs, work, staged, out_path, remote=remote, export_uri=export_uri, output_uri=output_uri
-        )
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """A deferred backend's trigger event: commit the model, or fail with the backend's reason."""
+        spec = self.run_spec()
+        backend = self.backend(spec)
+        export_uri, model_uri = self.locations(spec)
+        backend.prepare(model_uri)
+        staging = model_staging(model_uri, run_key(context), webhdfs_conn_id=self.webhdfs_conn_id)
+        backend.result(event, staging.work)
+        return self._trained(staging, f"{export_uri}/manifest.json", model_uri)
 
-    def _commit_trained(
-        self,
-        out_fs: lake_fs.LakeFS,
-        work: Path,
-        staged: str,
-        out_path: str,
-        *,
-        remote: bool,
-        export_uri: str,
-        output_uri: str,
-    ) -> dict[str, Any]:
-        """Read the trainer's metrics, commit `work/model` as the run's model folder, clean up."""
-        model_dir = work / "model"
-        metrics = json.loads((model_dir / "metrics.json").read_text())
-        (model_dir / layout.SUCCESS).write_bytes(b"")
-        self._commit(out_fs, model_dir, staged, out_path, remote=remote)
-        shutil.rmtree(work, ignore_errors=True)
-        if not remote:  # the last run's staging leaves no empty `_staging/` in the lake
-            with contextlib.suppress(OSError):
-                work.parent.rmdir()
+    def on_kill(self) -> None:
+        """Stop what the backend started (a Kubernetes job; while deferred, the trigger's on_kill)."""
+        if self._backend is not None:
+            self._backend.on_kill()
+
+    def _copy_export_down(
+        self, fs: lake_fs.LakeFS, export_uri: str, export_path: str, local_lake: Path
+    ) -> Path:
+        """`copy_export_down` into a fresh `local_lake`; a manifest it refuses fails without retries."""
+        self.log.info(
+            "copying %s and the files its manifest names to %s for training", export_uri, local_lake
+        )
+        shutil.rmtree(local_lake, ignore_errors=True)
+        _, lake_path = lake_fs.resolve(
+            require_lake_root(self.lake_root), webhdfs_conn_id=self.webhdfs_conn_id
+        )
+        try:
+            return copy_export_down(fs, lake_path, export_path, local_lake)
+        except ValueError as err:
+            raise ExportRefused(str(err)) from err
+
+    def _trained(self, staging: ModelStaging, manifest_uri: str, model_uri: str) -> dict[str, Any]:
+        """Commit the model folder; the task's result (its XCom) names it and holds the metrics."""
+        metrics = commit_model(staging, self.log)
         self.log.info(
             "trained (%s, %d restart(s)%s): %s",
             metrics.get("precision"),
@@ -312,149 +310,4 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
             f", resumed at {metrics['resumed_from']}" if metrics.get("resumed_from") else "",
             json.dumps(metrics.get("validation", {}), sort_keys=True),
         )
-        return {"model_uri": output_uri, "manifest_uri": f"{export_uri}/manifest.json", "metrics": metrics}
-
-    def _commit(
-        self, fs: lake_fs.LakeFS, model_dir: Path, staged: str, out_path: str, *, remote: bool
-    ) -> None:
-        """Swap the finished model folder in as the run's partition; `_SUCCESS` is already inside.
-
-        A reader sees the old folder, no folder or the new one, never a part (as a Spark
-        stage's `PartitionCommit`). On a remote lake the files are first uploaded to the
-        lake's staging folder, then renamed.
-        """
-        if remote:
-            fs.delete(staged)
-            for name in (*TRAINER_OUTPUTS, layout.SUCCESS):
-                if (model_dir / name).exists():
-                    fs.write_bytes(lake_fs.join(staged, name), (model_dir / name).read_bytes())
-            source = staged
-        else:
-            source = str(model_dir)
-        if fs.exists(out_path):
-            fs.delete(out_path)
-        fs.replace(source, out_path)
-        self.log.info("committed %s", out_path)
-
-    def _kubernetes_work(self, spec: spec_mod.DatasetSpec, output_uri: str, context: Context) -> tuple:
-        """(lake fs, model path in it, staging path, work folder) of a kubernetes run.
-
-        The pods write the model where the operator commits it from: the lake's own staging
-        folder, so the lake must be a `file://` one the pods mount at the same path.
-        """
-        out_fs, out_path = lake_fs.resolve(output_uri, webhdfs_conn_id=self.webhdfs_conn_id)
-        if urlparse(output_uri).scheme not in ("", "file"):
-            raise TrainingJobRefused(
-                f"training.backend kubernetes writes the model to the lake's staging folder, which "
-                f"the pods must mount at the same path: {output_uri} is not a file:// lake (mount the "
-                "lake in the pods and the worker as file://, or train with backend local or spark)"
-            )
-        staged = staging_path(out_path, run_key(context))
-        return out_fs, out_path, staged, Path(staged)
-
-    def _train_on_kubernetes(
-        self, spec: spec_mod.DatasetSpec, export_uri: str, output_uri: str, context: Context
-    ) -> dict[str, Any]:
-        """Render the run's job, submit it (adopting this run's own), defer to its trigger."""
-        from airflow.sdk import BaseHook
-        from airflow.sdk.exceptions import AirflowNotFoundException
-
-        from lakeprep_airflow.backends import kubernetes as k8s_backend
-        from lakeprep_airflow.triggers.training_job import TrainingJobTrigger
-
-        training = spec.training
-        _, _, _, work = self._kubernetes_work(spec, output_uri, context)
-        try:
-            extra = BaseHook.get_connection(self.kubernetes_conn_id).extra_dejson
-        except AirflowNotFoundException:
-            extra = None
-        try:
-            placed = k8s_backend.placement(
-                training, (extra or {}).get(k8s_backend.CONNECTION_EXTRA), self.kubernetes_conn_id
-            )
-            job = k8s_backend.render_job(
-                name=k8s_backend.job_name(spec.name, self.run_ds, run_key(context)),
-                training=training,
-                # The pods read the manifest from the lake and write beside its staging folder,
-                # the checkpoints next to the model: a restarted pod's trainer resumes.
-                args=trainer_args(
-                    manifest=f"{export_uri}/manifest.json",
-                    output=str(work / "model"),
-                    training=training,
-                    seed=spec.stages["sample"]["seed"],
-                    checkpoint_dir=str(work / "checkpoints"),
-                ),
-                placed=placed,
-                labels={"lakeprep/dataset": spec.name, "lakeprep/run-ds": self.run_ds},
-            )
-        except ValueError as err:
-            raise TrainingJobRefused(str(err)) from err
-        kind, name, namespace = job["kind"], job["metadata"]["name"], job["metadata"]["namespace"]
-        self.log.info("%s: %s", kind, json.dumps(job, sort_keys=True))
-        result = {"backend": "kubernetes", "manifest_uri": f"{export_uri}/manifest.json", "job": job}
-        if extra is None:
-            self.log.warning("no connection %r: %s rendered, not submitted", self.kubernetes_conn_id, kind)
-            return {**result, "submitted": False}
-        if (work / "model").exists():
-            self.log.info("removing %s, left by an earlier attempt (its checkpoints stay)", work / "model")
-            shutil.rmtree(work / "model")
-        self._job = job
-        try:
-            outcome = k8s_backend.submit(job, kubernetes_conn_id=self.kubernetes_conn_id, log=self.log.info)
-        except k8s_backend.JobRefused as err:
-            raise TrainingJobRefused(str(err)) from err
-        self.log.info(
-            "%s %s/%s %s; logs: kubectl logs -f -n %s -l %s=%s --prefix",
-            kind,
-            namespace,
-            name,
-            outcome,
-            namespace,
-            k8s_backend.api_of(job).pod_label,
-            name,
-        )
-        self.defer(
-            trigger=TrainingJobTrigger(
-                api=training["kubernetes_api"],
-                name=name,
-                namespace=namespace,
-                kubernetes_conn_id=self.kubernetes_conn_id,
-                poll_seconds=training["poll_seconds"],
-            ),
-            method_name="execute_complete",
-        )
-
-    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        """The trigger's event: commit the model of a finished job, or fail with the job's reason."""
-        label = f"{event.get('name')} in namespace {event.get('namespace')}"
-        status = event.get("status")
-        if status == "failed":
-            if event.get("refusal"):
-                raise TrainingJobRefused(event["message"])
-            raise TrainingJobFailed(event["message"])
-        if status != "succeeded":
-            # `deleted` (killed by someone else) or `error` (the API unreachable): a retry
-            # submits again and resumes from the checkpoint.
-            raise TrainingJobFailed(f"training job {label}: {status}: {event.get('message')}")
-        self.log.info("%s", event.get("message"))
-        spec = self.run_spec()
-        export_uri, output_uri = self.locations(spec)
-        out_fs, out_path, staged, work = self._kubernetes_work(spec, output_uri, context)
-        if not (work / "model" / "metrics.json").exists():
-            raise TrainingJobRefused(
-                f"training job {label} succeeded but left no {work / 'model' / 'metrics.json'}: the "
-                "pods must mount the lake at the path the worker sees (docs/TRAINING.md)"
-            )
-        return self._commit_trained(
-            out_fs, work, staged, out_path, remote=False, export_uri=export_uri, output_uri=output_uri
-        )
-
-    def on_kill(self) -> None:
-        """Delete the job this try submitted (while deferred, the trigger's on_kill does)."""
-        job = getattr(self, "_job", None)
-        if job is None:
-            return
-        from lakeprep_airflow.backends import kubernetes as k8s_backend
-
-        if k8s_backend.delete(job, kubernetes_conn_id=self.kubernetes_conn_id):
-            self.log.info("deleted %s %s", job["kind"], job["metadata"]["name"])
+        return {"model_uri": model_uri, "manifest_uri": manifest_uri, "metrics": metrics}
