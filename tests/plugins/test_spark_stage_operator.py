@@ -596,6 +596,13 @@ def test_yarn_cluster_mode_tracks_through_the_resourcemanager_and_runs_one_drive
     cmd = hook._build_spark_submit_command(op.application)
     assert cmd[cmd.index("--master") + 1] == "yarn"
     assert cmd[cmd.index("--queue") + 1] == "ml" and cmd[cmd.index("--deploy-mode") + 1] == "cluster"
+    # Kerberos from the connection too (a keytab extra is base64; the provider writes it out).
+    kerberized = {**YARN_CONN, "extra": {**YARN_CONN["extra"], "principal": "etl@EXAMPLE.COM"}}
+    monkeypatch.setenv("AIRFLOW_CONN_LAKEPREP_TEST_YARN_KRB", json.dumps(kerberized))
+    krb = make_op(conn_id="lakeprep_test_yarn_krb")
+    krb.prepare_submission("r")
+    krb_cmd = krb._get_hook()._build_spark_submit_command(krb.application)
+    assert krb_cmd[krb_cmd.index("--principal") + 1] == "etl@EXAMPLE.COM"
 
     # Explicit arguments win; other masters get neither.
     mine = make_op(conn_id="lakeprep_test_yarn_rm", yarn_track_via_rm_api=False, durable=False)

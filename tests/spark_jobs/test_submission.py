@@ -27,3 +27,22 @@ def test_an_encoded_argv_reaches_the_job_as_it_was():
 def test_a_bad_encoded_argv_is_refused_naming_the_option(value):
     with pytest.raises(ValueError, match="--argv-base64 must be the base64 of a JSON list of strings"):
         submission.decode_argv(["--argv-base64", value])
+
+
+def test_the_driver_log_gives_back_each_error_files_last_record(capsys, monkeypatch, tmp_path):
+    """What the job prints (`failure_recorded`) is what the operator reads from the log."""
+    from lakeprep_contracts import stage_errors
+
+    monkeypatch.chdir(tmp_path)  # the file lands in the working directory, as in a container
+
+    for message in ("first", "multi\nline"):
+        with pytest.raises(ValueError), common.failure_recorded("lakeprep-sample.error"):
+            raise ValueError(message)
+    lines = [
+        "26/12/06 12:00:00 INFO lakeprep sample: inputs a -> output b",
+        *capsys.readouterr().err.splitlines(),
+        stage_errors.RECORD_PREFIX + '{"file": "lakeprep-validate.error", "error": "cut',  # a cut line
+    ]
+    assert stage_errors.records_in(lines) == {
+        "lakeprep-sample.error": {"error": "ValueError: multi\nline", "refusal": True}
+    }
