@@ -13,7 +13,9 @@ Prepared columns are what preprocess writes and what step 2 makes of a raw recor
 
 - a numeric: a number (double, float, integer, decimal or boolean); null or NaN is missing;
 - a categorical: a trimmed string, null when missing;
-- a text: a list of tokens (``list<string>``), null as no tokens.
+- a text: a list of tokens (``list<string>``), null as no tokens; a text of ``encoding:
+  tokenizer`` is the cleaned text itself (a string, null as empty), which the tokenizer
+  file splits into subword ids here, and only here.
 
 Outputs: ``num__*`` float32 ``[n]`` (``(fill(x), clip, - center) / scale`` in float64
 then rounded once, as the shard stores it), ``cat__*`` int32 ``[n]`` (0 missing, 1 unseen,
@@ -31,13 +33,21 @@ equal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+import copy
+import functools
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
+
+from lakeprep_contracts.text import SUBWORD
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 HASH_SEED = 42
 MISSING_ID = 0
@@ -218,6 +228,152 @@ def encode_tokens(values: Any, spec: Mapping[str, Any]) -> np.ndarray:
     return out
 
 
+# ------------------------------------------------------------------- subword tokens
+
+
+def subword_entries(doc: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The text entries of ``doc`` encoded by a tokenizer file."""
+    return [spec for spec in doc["text"] if spec["encoding"] == SUBWORD]
+
+
+def with_tokenizers(doc: Mapping[str, Any], read_bytes: Callable[[str], bytes], where: str) -> dict[str, Any]:
+    """``doc`` with each tokenizer file's text in its entry (``tokenizer_file.content``).
+
+    The files lie beside ``transform.json`` under the names the entries give; ``read_bytes``
+    reads one by that name. Each is checked against the sha256 the fit recorded, so a
+    model folder or export can only serve with the tokenizer it was fitted with.
+
+    :raises TransformError: a file missing, unreadable, or with another sha256.
+    """
+    out = copy.deepcopy(dict(doc))
+    for spec in subword_entries(out):
+        ref = spec["tokenizer_file"]
+        try:
+            data = read_bytes(ref["file"])
+        except OSError as err:
+            raise TransformError(
+                f"{where}: text {spec['name']!r}: cannot read its tokenizer file {ref['file']!r} "
+                f"(it lies beside transform.json): {err}"
+            ) from err
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != ref["sha256"]:
+            raise TransformError(
+                f"{where}: text {spec['name']!r}: {ref['file']} has sha256 {digest}, the transform "
+                f"recorded {ref['sha256']}; copy the tokenizer file the transform was fitted with"
+            )
+        ref["content"] = data.decode("utf-8")
+    return out
+
+
+def tokenizer_files(doc: Mapping[str, Any]) -> dict[str, bytes]:
+    """File name -> bytes of each tokenizer a loaded ``doc`` carries (to copy beside it)."""
+    return {spec["tokenizer_file"]["file"]: _content(spec).encode("utf-8") for spec in subword_entries(doc)}
+
+
+def _content(spec: Mapping[str, Any]) -> str:
+    content = spec["tokenizer_file"].get("content")
+    if content is None:
+        raise TransformError(
+            f"text {spec['name']!r}: the tokenizer file {spec['tokenizer_file']['file']!r} is not loaded; "
+            "read the transform with its tokenizer files (lakeprep_contracts.encode.with_tokenizers)"
+        )
+    return content
+
+
+@functools.lru_cache(maxsize=16)
+def load_tokenizer(content: str, max_tokens: int) -> Tokenizer:
+    """The tokenizer of a file's text, cutting at ``max_tokens`` (special tokens included).
+
+    Cached per (file, length): parsing a large vocabulary once per process, not per batch.
+    Padding is left off: :func:`encode_subwords` pads, with the entry's ``padding_id``.
+    """
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_str(content)
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=max_tokens, stride=0, strategy="longest_first")
+    return tokenizer
+
+
+def tokenizer_facts(data: bytes, where: str) -> dict[str, Any]:
+    """What the fit records of a tokenizer file: sha256, vocabulary size and padding id.
+
+    :raises TransformError: not a tokenizer file, or no padding token with id 0 (the
+        reference model's bag of embeddings takes id 0 as padding, docs/TRANSFORM.md).
+    """
+    from tokenizers import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as err:  # UnicodeDecodeError, or the plain Exception tokenizers raises
+        raise TransformError(f"{where}: not a Hugging Face tokenizer file (tokenizer.json): {err}") from err
+    padding = tokenizer.padding
+    pad_id = padding["pad_id"] if padding else None
+    if pad_id is None:
+        pad_id = next(
+            (tokenizer.token_to_id(t) for t in PAD_TOKENS if tokenizer.token_to_id(t) is not None), None
+        )
+    if pad_id != 0:
+        raise TransformError(
+            f"{where}: the tokenizer's padding token has id {pad_id!r}; lakeprep pads with id 0 "
+            f"(a token named one of {list(PAD_TOKENS)} or the file's padding.pad_id must be 0): "
+            "use a tokenizer whose padding id is 0 (BERT-style WordPiece files are)"
+        )
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+        "padding_id": 0,
+    }
+
+
+PAD_TOKENS = ("[PAD]", "<pad>")
+
+
+def _subword_texts(values: Any, where: str) -> tuple[list[str], np.ndarray]:
+    """(distinct texts, index of each row's text); null is the empty text."""
+    strings = _strings(values, where)
+    if pa.types.is_dictionary(strings.type):
+        strings = strings.cast(strings.type.value_type)
+    unique, index = distinct(pc.fill_null(strings, ""))
+    return [t or "" for t in unique.to_pylist()], index
+
+
+def encode_subwords(values: Any, spec: Mapping[str, Any]) -> np.ndarray:
+    """A text feature from its cleaned texts by its tokenizer file: int32 ``[n, max_tokens]``.
+
+    The tokenizer's ids with its special tokens (e.g. ``[CLS] ... [SEP]``), cut to
+    ``max_tokens`` by the tokenizer's own truncation, then padded with ``padding_id``
+    (0). Each distinct text is tokenized once (``encode_batch``, in Rust threads).
+    """
+    ids, _ = _subword_ids(values, spec)
+    return ids
+
+
+def attention_mask(ids: np.ndarray, spec: Mapping[str, Any]) -> np.ndarray:
+    """1 where ``ids`` (:func:`encode_subwords`) hold a token, 0 at padding: uint8, same shape."""
+    return (ids != int(spec["padding_id"])).astype(np.uint8)
+
+
+def truncation(values: Any, spec: Mapping[str, Any]) -> dict[str, int]:
+    """``{rows_truncated, tokens_cut}`` of these texts at ``max_tokens`` (special tokens not counted)."""
+    _, cut = _subword_ids(values, spec)
+    return {"rows_truncated": int(np.count_nonzero(cut)), "tokens_cut": int(cut.sum())}
+
+
+def _subword_ids(values: Any, spec: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    width = int(spec["max_tokens"])
+    texts, index = _subword_texts(values, f"text {spec['name']!r}")
+    tokenizer = load_tokenizer(_content(spec), width)
+    encodings = tokenizer.encode_batch(texts) if texts else []
+    table = np.full((len(texts) + 1, width), int(spec["padding_id"]), dtype=np.int32)
+    cut = np.zeros(len(texts) + 1, dtype=np.int64)
+    for i, e in enumerate(encodings):
+        table[i, : len(e.ids)] = e.ids
+        # Overflowing pieces repeat the special tokens; only the text's own tokens were cut.
+        cut[i] = sum(len(o.ids) - sum(o.special_tokens_mask) for o in e.overflowing)
+    return table[index], cut[index]
+
+
 # ------------------------------------------------------------------------ whole rows
 
 
@@ -282,7 +438,10 @@ def encode(columns: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, np.n
     for spec in doc["categorical"]:
         out[spec["output"]] = encode_categorical(column("categorical", spec), spec)
     for spec in doc["text"]:
-        out[spec["output"]] = encode_tokens(column("text", spec), spec)
+        if spec["encoding"] == SUBWORD:
+            out[spec["output"]] = encode_subwords(column("text", spec), spec)
+        else:
+            out[spec["output"]] = encode_tokens(column("text", spec), spec)
     for name, values in out.items():
         if len(values) != n:
             raise TransformError(f"{name} has {len(values)} rows, expected {n}")

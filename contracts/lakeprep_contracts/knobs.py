@@ -38,6 +38,8 @@ _TOLERATION = {
     },
 }
 _ENCODINGS = ["vocab", "hash"]
+# A text may also be encoded by a Hugging Face tokenizer file (its column's `transform.tokenizer`).
+_TEXT_ENCODINGS = [*_ENCODINGS, "tokenizer"]
 _QUANTILE_PAIR = {
     "type": ["array", "null"],
     "minItems": 2,
@@ -299,8 +301,9 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
         Knob(
             "text_encoding",
             "vocab",
-            {"enum": _ENCODINGS},
-            "token ids from a fitted vocabulary or hashed (`transform.encoding`)",
+            {"enum": _TEXT_ENCODINGS},
+            "token ids from a fitted vocabulary or hashed, or `tokenizer`: subword ids from the "
+            "Hugging Face tokenizer file each text column names (`transform.tokenizer`)",
         ),
         Knob(
             "text_min_frequency",
@@ -637,6 +640,13 @@ COLUMN_TRANSFORM_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+# Per-column transform settings no stage knob has: key -> (schema, roles).
+COLUMN_ONLY_KEYS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+    # The URI of the column's tokenizer.json ({lake} expanded), for `encoding: tokenizer`.
+    "tokenizer": ({"type": "string", "minLength": 1}, ("text",)),
+}
+
+
 def knob(group: str, name: str) -> Knob:
     for k in KNOBS[group]:
         if k.name == name:
@@ -663,7 +673,14 @@ def column_transform_schema() -> dict[str, Any]:
         "type": "object",
         "additionalProperties": False,
         "properties": {
-            key: knob("fit_transform", target).schema for key, (target, _) in COLUMN_TRANSFORM_KEYS.items()
+            **{
+                key: knob("fit_transform", target).schema
+                for key, (target, _) in COLUMN_TRANSFORM_KEYS.items()
+            },
+            # `encoding` is shared by categoricals and texts; only a text takes `tokenizer`
+            # (lakeprep_airflow.spec refuses it on a categorical).
+            "encoding": {"enum": _TEXT_ENCODINGS},
+            **{key: schema for key, (schema, _) in COLUMN_ONLY_KEYS.items()},
         },
     }
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from lakeprep_contracts import layout
 from lakeprep_contracts.day_statistics import SplitStatistics, profile_of, quantile, weighted_items
 from lakeprep_contracts.moments import Moments, to_float
-from lakeprep_contracts.text import TOKENIZER
+from lakeprep_contracts.text import SUBWORD, TOKENIZER
 
 FORMAT_VERSION = 1
 HASH = {"function": "xxhash64", "seed": 42, "input": "utf-8"}
@@ -337,17 +338,40 @@ def categorical_entries(cols: list[dict[str, Any]], vocabs: dict) -> list[dict[s
     return out
 
 
-def text_entries(cols: list[dict[str, Any]], vocabs: dict) -> list[dict[str, Any]]:
+def tokenizer_file_name(column: str) -> str:
+    """The name a text feature's tokenizer file has beside ``transform.json``."""
+    return f"tokenizer__{column}.json"
+
+
+def text_entries(
+    cols: list[dict[str, Any]], vocabs: dict, tokenizers: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The document's text entries; ``tokenizers``: per ``encoding: tokenizer`` feature, its
+    file's facts (``lakeprep_contracts.encode.tokenizer_facts``)."""
     out = []
     for col in cols:
         entry: dict[str, Any] = {
             "name": col["name"],
             "output": layout.encoded_name("text", col["name"]),
             "encoding": col["encoding"],
-            "tokenizer": dict(TOKENIZER),
             "max_tokens": col["max_tokens"],
             "padding_id": 0,
         }
+        if col["encoding"] == SUBWORD:
+            facts = (tokenizers or {}).get(col["name"])
+            if facts is None:
+                raise FitError(f"text {col['name']!r}: encoding tokenizer, its tokenizer file not read")
+            entry |= {
+                "tokenizer_file": {
+                    "file": tokenizer_file_name(col["name"]),
+                    "sha256": facts["sha256"],
+                    "vocab_size": facts["vocab_size"],
+                },
+                "cardinality": facts["vocab_size"],
+            }
+            out.append(entry)
+            continue
+        entry["tokenizer"] = dict(TOKENIZER)
         if col["encoding"] == "vocab":
             values, counts, _ = vocabs[col["name"]]
             entry |= {
@@ -364,7 +388,9 @@ def text_entries(cols: list[dict[str, Any]], vocabs: dict) -> list[dict[str, Any
     return out
 
 
-def fit(stats: SplitStatistics, p: FitParams) -> tuple[dict[str, Any], dict[str, Any]]:
+def fit(
+    stats: SplitStatistics, p: FitParams, tokenizers: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the transform document, notes for the report) from the train split's statistics.
 
     The notes: `constant_numerics` (no spread on the train split) and `warnings` (what
@@ -381,7 +407,7 @@ def fit(stats: SplitStatistics, p: FitParams) -> tuple[dict[str, Any], dict[str,
     numeric, dropped, constant, sums = fit_numeric(stats, p.numeric, rows)
     vocabs = fit_vocabularies(stats, p.categorical, p.text)
     categorical = categorical_entries(p.categorical, vocabs)
-    text = text_entries(p.text, vocabs)
+    text = text_entries(p.text, vocabs, tokenizers)
     chosen = selection.select_and_project(stats, p, numeric, categorical, text, sums)
     return {
         "format_version": FORMAT_VERSION,

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakeprep_contracts import layout
+from lakeprep_contracts import encode, layout
 from lakeprep_jobs import balance
 from lakeprep_jobs import export_shards as ex
 from lakeprep_jobs.lake import (
@@ -326,5 +326,6 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: ex.ExportParams) -> di
             sampling=sampling,
             report=report,
             transform_text=transform_text,
+            tokenizer_files=encode.tokenizer_files(transform),
         )
     return report

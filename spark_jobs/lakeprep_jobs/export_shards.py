@@ -497,13 +497,15 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
 
 
 def load_transform(lake: Lake, uri: str) -> tuple[dict[str, Any], str]:
-    """The fitted transform and its text, checked against the JSON Schema."""
-    from lakeprep_contracts import documents
+    """The fitted transform and its text, checked against the JSON Schema, with the
+    tokenizer files beside it loaded into the document (``encode.with_tokenizers``)."""
+    from lakeprep_contracts import documents, encode
 
     text = read_text(lake, uri)
     doc = json.loads(text)
     documents.require("transform", doc, uri)
-    return doc, text
+    folder = uri.rsplit("/", 1)[0]
+    return encode.with_tokenizers(doc, lambda name: lake.read_bytes(layout.join(folder, name)), uri), text
 
 
 def write_splits(
@@ -702,6 +704,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) ->
 
 def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportParams) -> dict[str, Any]:
     """The materialised export: every split encoded here and written as shards of its own."""
+    from lakeprep_contracts import encode
     from lakeprep_jobs.transform import apply_transform
 
     transform, transform_text = load_transform(SparkLake(spark), p.transform_uri)
@@ -807,6 +810,7 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
             sampling=sampling,
             report=report,
             transform_text=transform_text,
+            tokenizer_files=encode.tokenizer_files(transform),
         )
     frames["train"].unpersist()
     return report
@@ -930,13 +934,20 @@ def commit_export(
     sampling: dict[str, Any],
     report: dict[str, Any],
     transform_text: str,
+    tokenizer_files: Mapping[str, bytes] | None = None,
 ) -> None:
-    """Check the documents and write them into the staged export, the manifest last."""
+    """Check the documents and write them into the staged export, the manifest last.
+
+    ``tokenizer_files`` (``encode.tokenizer_files``) go beside ``transform.json``, which
+    names them: the export alone is what the trainer needs.
+    """
     from lakeprep_contracts import documents
 
     check_manifest(manifest, layout.join(output, layout.MANIFEST))
     documents.require("sampling", sampling, layout.join(output, layout.SAMPLING))
     write_text(lake, layout.join(staging, layout.TRANSFORM), transform_text)
+    for name, data in (tokenizer_files or {}).items():
+        lake.write_bytes(layout.join(staging, name), data)
     write_text(lake, layout.join(staging, layout.SAMPLING), json.dumps(sampling, indent=2, sort_keys=True))
     write_report(lake, staging, report)
     write_success(lake, staging)

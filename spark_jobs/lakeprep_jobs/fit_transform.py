@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import day_statistics, layout, window_fit
+from lakeprep_contracts.text import SUBWORD
 from lakeprep_contracts.window_fit import (  # noqa: F401 - the stage's params and errors, re-exported
     PCA_MAX_COLUMNS,
     FitError,
@@ -92,6 +93,35 @@ def read_statistics(lake: Lake, inputs: list[str]) -> list[tuple[str, dict[str, 
     return out
 
 
+def read_tokenizers(lake: Lake, p: FitParams) -> dict[str, tuple[dict[str, Any], bytes]]:
+    """Per ``encoding: tokenizer`` text feature: (its file's facts, its bytes), read from the
+    URI the spec gives (``columns[].transform.tokenizer``).
+
+    :raises TransformError: (a refusal) no file at the URI, a file that is not a tokenizer,
+        or one that pads with an id other than 0.
+    """
+    from lakeprep_contracts import encode
+
+    out = {}
+    for col in p.text:
+        if col["encoding"] != SUBWORD:
+            continue
+        uri = col.get("tokenizer")
+        if not uri:
+            raise ValueError(
+                f"text {col['name']!r}: encoding tokenizer needs transform.tokenizer, the URI of a "
+                "Hugging Face tokenizer.json"
+            )
+        if not lake.exists(uri):
+            raise encode.TransformError(
+                f"text {col['name']!r}: no tokenizer file at {uri} (columns[].transform.tokenizer): "
+                "put the model's tokenizer.json there or fix the URI"
+            )
+        data = lake.read_bytes(uri)
+        out[col["name"]] = (encode.tokenizer_facts(data, f"text {col['name']!r}: {uri}"), data)
+    return out
+
+
 def check_document(doc: dict[str, Any], where: str) -> None:
     """The writer checks what every reader will check (the JSON Schema)."""
     from lakeprep_contracts import documents
@@ -116,7 +146,8 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: FitParams) -> dict[str
             f"window {inputs[0]} .. {inputs[-1]}: no train rows to fit the transform on "
             f"(rows per split {counts}); widen window.days or the sample fractions"
         )
-    doc, notes = window_fit.fit(stats, p)
+    tokenizers = read_tokenizers(lake, p)
+    doc, notes = window_fit.fit(stats, p, {name: facts for name, (facts, _) in tokenizers.items()})
     for message in notes["warnings"]:
         common.log.warning("fit_transform: %s", message)
     check_document(doc, f"{output}/{layout.TRANSFORM}")
@@ -146,6 +177,9 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: FitParams) -> dict[str
     }
     with PartitionCommit(lake, output) as staging:
         write_text(lake, layout.join(staging, layout.TRANSFORM), text)
+        # Each tokenizer file beside transform.json, under the name the document gives it.
+        for name, (_, data) in tokenizers.items():
+            lake.write_bytes(layout.join(staging, window_fit.tokenizer_file_name(name)), data)
         write_report(lake, staging, report)
         write_success(lake, staging)
     return report

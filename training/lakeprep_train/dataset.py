@@ -55,6 +55,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from lakeprep_contracts.encode import encode, input_columns
+from lakeprep_contracts.text import SUBWORD
 from lakeprep_train import storage
 from lakeprep_train.augment import Augmentation
 from lakeprep_train.manifest import (
@@ -141,7 +142,7 @@ class FeatureLayout:
             # encodes each row group's dictionary once, and rows take their entry's id.
             self.read_dictionary = [
                 *(s["name"] for s in self.transform["categorical"]),
-                *(f"{s['name']}.list.element" for s in self.transform["text"]),
+                *(f"{s['name']}.list.element" for s in self.transform["text"] if s["encoding"] != SUBWORD),
             ]
         self.numeric = manifest.features_with_role("numeric")
         self.categorical = manifest.features_with_role("categorical")

@@ -534,7 +534,7 @@ def with_transform_document(manifest: Manifest, data: bytes | None = None) -> Ma
 
     :raises ManifestError: naming the transform and what is wrong with it.
     """
-    from lakeprep_train.transform import check_document
+    from lakeprep_train.transform import check_document, load_tokenizers
 
     if data is None:
         data = read_transform_bytes(manifest)
@@ -546,6 +546,10 @@ def with_transform_document(manifest: Manifest, data: bytes | None = None) -> Ma
     problems = _document_problems(manifest, doc)
     if problems:
         raise ManifestError(manifest.location, problems)
+    try:
+        doc = load_tokenizers(doc, where)
+    except ValueError as err:  # TransformError: a tokenizer file missing or changed
+        raise ManifestError(manifest.location, [f"transform.uri: {err}"]) from err
     return replace(manifest, transform_document=doc)
 
 
@@ -577,7 +581,7 @@ def transform_for_features(manifest: Manifest, doc: Mapping[str, Any]) -> dict[s
 
 def prepared_schema(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, str]:
     """Column -> the kind of Arrow type a "prepared" shard holds it as (docs/MANIFEST.md)."""
-    from lakeprep_contracts.encode import input_columns
+    from lakeprep_contracts.encode import input_columns, subword_entries
 
     doc = transform_for_features(manifest, doc)
     roles = {s["name"]: role for role in ROLES for s in doc[role] if "pca_component" not in s}
@@ -585,6 +589,8 @@ def prepared_schema(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, str
     columns = {"id": "string", manifest.label.name: "integer"}
     for name in input_columns(doc):
         columns[name] = {"numeric": "number", "categorical": "string", "text": "strings"}[roles[name]]
+    for spec in subword_entries(doc):  # a text the tokenizer file encodes: its cleaned string
+        columns[spec["name"]] = "string"
     return columns
 
 

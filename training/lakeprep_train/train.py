@@ -145,6 +145,18 @@ def read_transform(manifest: Manifest) -> bytes | None:
     return data
 
 
+def transform_tokenizer_files(manifest: Manifest, transform: bytes) -> dict[str, bytes]:
+    """File name -> bytes of the tokenizer files beside the manifest's transform (checked
+    against the sha256 the transform records); none for a transform without subword text."""
+    from lakeprep_contracts.encode import tokenizer_files
+    from lakeprep_train.transform import load_tokenizers
+
+    doc = manifest.transform_document
+    if doc is None:
+        doc = load_tokenizers(json.loads(transform.decode("utf-8")), manifest.transform.location)
+    return tokenizer_files(doc)
+
+
 def _write_json(path: str, value: Any) -> None:
     storage.write_atomically(path, lambda f: f.write(json.dumps(value, indent=2).encode() + b"\n"))
 
@@ -548,6 +560,10 @@ def fit(
     if transform is not None:
         storage.write_atomically(os.path.join(args.output, TRANSFORM_FILE), lambda f: f.write(transform))
         written += f", {TRANSFORM_FILE}"
+        # The tokenizer files the transform names, beside it: the model folder alone serves.
+        for name, data in transform_tokenizer_files(manifest, transform).items():
+            storage.write_atomically(os.path.join(args.output, name), lambda f, data=data: f.write(data))
+            written += f", {name}"
     log.info(
         "wrote %s to %s; run is %s: %s. %s",
         written,

@@ -34,9 +34,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import regex
 
-from lakeprep_contracts.encode import ROLES, TransformError, as_array, distinct, encode, outputs
+from lakeprep_contracts.encode import (
+    ROLES,
+    TransformError,
+    as_array,
+    distinct,
+    encode,
+    outputs,
+    with_tokenizers,
+)
 from lakeprep_contracts.labels import ids_by_text as class_ids
 from lakeprep_contracts.references import WHITESPACE
+from lakeprep_contracts.text import SUBWORD
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
@@ -62,7 +71,19 @@ def load_transform(location: str) -> dict[str, Any]:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise TransformError(f"{location}: not a JSON document: {err}") from err
-    return check_document(doc, location)
+    return load_tokenizers(check_document(doc, location), location)
+
+
+def load_tokenizers(doc: Mapping[str, Any], location: str) -> dict[str, Any]:
+    """``doc`` with the tokenizer files beside ``location`` (its ``transform.json``) loaded
+    and checked against their sha256 (``lakeprep_contracts.encode.with_tokenizers``)."""
+    folder = storage.parent_of(location)
+
+    def read(name: str) -> bytes:
+        with storage.open_input(storage.join(folder, name)) as f:
+            return f.read()
+
+    return with_tokenizers(doc, read, location)
 
 
 def schema_problems(doc: Any) -> list[str]:
@@ -687,6 +708,8 @@ def prepare(columns: Mapping[str, Any], doc: Mapping[str, Any], *, zone: str = "
                     prepared[name] = pa.array(clean_numeric(values, where=f"numeric {name!r}"))
                 elif role == "categorical":
                     prepared[name] = clean_categorical(values, zone=zone)
+                elif spec["encoding"] == SUBWORD:  # the tokenizer file splits the cleaned text
+                    prepared[name] = clean_text(values, zone=zone, max_length=max_length)
                 else:
                     cleaned = clean_text(values, zone=zone, max_length=max_length)
                     prepared[name] = tokenize(cleaned, spec["tokenizer"])
