@@ -74,3 +74,27 @@ def stored_keys(classes: Sequence[Any], per_class: Mapping[str, Any], where: str
     if unknown:
         raise ValueError(f"{where} names classes {unknown} not in label.classes {list(classes)}")
     return {str(ids[class_text(k)]): v for k, v in per_class.items()}
+
+
+# A continuous label (`label: {column, type: continuous, bins: 4}`): a numeric target.
+# Preprocess writes the value as the prepared rows' `target` (double) and its quantile bin
+# of the day, 0..bins-1, as `label`: the bins are the classes every stage before the
+# trainer stratifies, samples and counts (exactly per bin, per day).
+CONTINUOUS = "continuous"
+TARGET = "target"
+DEFAULT_BINS = 4
+
+
+def is_continuous(label: Mapping[str, Any]) -> bool:
+    """The spec's `label` section declares a numeric target (`type: continuous`)."""
+    return label.get("type") == CONTINUOUS
+
+
+def bins(label: Mapping[str, Any]) -> int:
+    """The quantile bins of a continuous label (its strata)."""
+    return int(label.get("bins", DEFAULT_BINS))
+
+
+def label_classes(label: Mapping[str, Any]) -> list[Any]:
+    """The classes the spec's `label` section gives: declared, or a continuous label's bins."""
+    return list(range(bins(label))) if is_continuous(label) else list(label["classes"])

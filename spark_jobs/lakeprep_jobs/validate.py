@@ -23,6 +23,7 @@ serving side mirrors these strings):
         non-finite double in <col>: <raw value>    (NaN, Infinity, -Infinity, inf, ...)
     per non-nullable column, in contract order: null in <col>
     null id (<id>), null label (<label>), label <label> not in [0, 1]: <value>
+    (a continuous label: label <label> is not a finite number: <value>)
 
 Named classes (`["Adelie", "Chinstrap"]`, lakeprep_contracts.labels) compare with the
 label's text (Spark's cast to string), exactly; the partition keeps the label as typed.
@@ -99,7 +100,8 @@ class ValidateParams:
     derived: list[dict[str, Any]]
     id_column: str
     label_column: str
-    label_classes: list[Any]  # integers, or named classes (lakeprep_contracts.labels)
+    # Integers, or named classes (lakeprep_contracts.labels); None for a continuous label.
+    label_classes: list[Any] | None = None
     options: dict[str, str] = dataclasses.field(default_factory=dict)
     null_tokens: list[str] = dataclasses.field(default_factory=list)
     text_column: str | None = None
@@ -108,8 +110,14 @@ class ValidateParams:
     stats_kinds: dict[str, str] = dataclasses.field(default_factory=dict)
     max_quarantine_share: float = 0.1
     allow_empty: bool = False
+    label_type: str = "classes"  # or "continuous": a number (lakeprep_contracts.labels)
 
     def __post_init__(self) -> None:
+        if (self.label_type == labels.CONTINUOUS) != (self.label_classes is None):
+            raise ValueError(
+                f"label_type {self.label_type!r} with label_classes {self.label_classes!r}: "
+                f"give label_classes for classes, or label_type {labels.CONTINUOUS!r} without them"
+            )
         if self.format not in FORMATS:
             raise ValueError(f"format {self.format!r} must be one of {list(FORMATS)}")
         for col in self.columns:
@@ -503,19 +511,24 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
         df = df.withColumn(col["name"], F.when(F.col("_type_reason").isNull(), F.expr(col["expr"])))
     _check_label_type(df, p)
     label = F.col(p.label_column)
-    if labels.is_integer(p.label_classes):
+    if p.label_type == labels.CONTINUOUS:
+        # A string label (or one a derived expression yields) is a number or quarantined,
+        # never a cast error that fails the day (try_cast is null where cast would raise).
+        value = label.try_cast("double")
+        unknown = value.isNull() | F.isnan(value) | (F.abs(value) == F.lit(float("inf")))
+        wrong = f"label {p.label_column} is not a finite number: "
+    elif labels.is_integer(p.label_classes):
         unknown = ~label.isin(p.label_classes)
+        wrong = f"label {p.label_column} not in {p.label_classes}: "
     else:
         unknown = ~label.cast("string").isin(list(labels.ids_by_text(p.label_classes)))
+        wrong = f"label {p.label_column} not in {p.label_classes}: "
     reason = first_reason(
         [
             (F.col("_type_reason").isNotNull(), F.col("_type_reason")),
             (F.col(p.id_column).isNull(), F.lit(f"null id ({p.id_column})")),
             (label.isNull(), F.lit(f"null label ({p.label_column})")),
-            (
-                unknown,
-                F.concat(F.lit(f"label {p.label_column} not in {p.label_classes}: "), label.cast("string")),
-            ),
+            (unknown, F.concat(F.lit(wrong), label.cast("string"))),
         ]
     )
     df = df.withColumn(REASON, reason).drop("_type_reason")
@@ -530,9 +543,16 @@ def _check_label_type(df: DataFrame, p: ValidateParams) -> None:
     or timestamp label does not compare at all. The spec check refuses a declared type;
     this is the label whose type only Spark knows (a derived label without one).
     """
-    from pyspark.sql.types import AtomicType, BinaryType, NumericType
+    from pyspark.sql.types import AtomicType, BinaryType, NumericType, StringType
 
     kind = df.schema[p.label_column].dataType
+    if p.label_type == labels.CONTINUOUS:
+        if not isinstance(kind, NumericType | StringType):
+            raise ValueError(
+                f"label column {p.label_column!r} is {kind.simpleString()} but label_type is "
+                f"{labels.CONTINUOUS!r}; make it a number (or a string of numbers) in the spec"
+            )
+        return
     if not labels.is_integer(p.label_classes):
         # Named classes compare with the label's text: any value Spark writes as text.
         if not isinstance(kind, AtomicType) or isinstance(kind, BinaryType):

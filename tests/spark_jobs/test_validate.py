@@ -609,3 +609,29 @@ def test_written_rows_that_differ_from_the_counted_ones_fail_the_stage(spark, tm
         common.check_written(spark, staging, 3, 1, "raw/dt=D")
     with pytest.raises(RuntimeError, match=r"wrote 2 \+ 1"):
         common.check_written(spark, staging, 2, 2, "raw/dt=D")
+
+
+def test_a_continuous_label_is_a_finite_number_or_quarantined_naming_the_column_and_value(spark):
+    # A string label (here derived from `kind`) is read as a number; what is not one is
+    # quarantined, never a cast error that fails the day.
+    raw = spark.createDataFrame(
+        [
+            ("a", "1", "151", None, None, "f.csv"),
+            ("b", "1", " 2.5e1", None, None, "f.csv"),
+            ("c", "1", "high", None, None, "f.csv"),
+            ("d", "1", "Infinity", None, None, "f.csv"),
+            ("e", "1", "NaN", None, None, "f.csv"),
+        ],
+        RAW_DDL,
+    )
+    p = params(derived=[{"name": "label", "expr": "kind"}], label_classes=None, label_type="continuous")
+    reasons = [r["_reason"] for r in validate.flag_rows(raw, p).orderBy("id").collect()]
+    wrong = "label label is not a finite number: "
+    assert reasons == [None, None, wrong + "high", wrong + "Infinity", wrong + "NaN"]
+    with pytest.raises(ValueError, match=r"label_type 'continuous' with label_classes \[0, 1\]"):
+        params(label_type="continuous")
+    boolean = params(
+        derived=[{"name": "label", "expr": "amount > 2"}], label_classes=None, label_type="continuous"
+    )
+    with pytest.raises(ValueError, match=r"label column 'label' is boolean but label_type is 'continuous'"):
+        validate.flag_rows(raw, boolean)
