@@ -28,7 +28,7 @@ import yaml
 
 from lakeprep_airflow import lake_fs
 from tests.conftest import AIRFLOW_ENV, REPO, VENV_BIN, describe_command, run_command
-from tests.integration.conftest import cluster_module
+from tests.integration.conftest import FAST, cluster_module
 
 pytestmark = pytest.mark.integration
 DAY = "2013-01-01"
@@ -37,18 +37,22 @@ SPEC = "flights_yarn"  # a fused copy of flights: DAG lakeprep_flights_yarn, lak
 
 @pytest.fixture(scope="module")
 def yarn_pipelines(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A pipelines folder holding only the fused copy of the flights spec."""
+    """A pipelines folder holding only the fused copy of the flights spec (its retries 5 s
+    apart, as the stack's copies: `FAST`)."""
     folder = tmp_path_factory.mktemp("yarn-pipelines")
     flights = yaml.safe_load((REPO / "pipelines" / "flights.yaml").read_text())
-    data = {**flights, "name": SPEC}
-    data["spark"] = {**flights.get("spark", {}), "fuse_stages": True}
+    data = {**flights, "name": SPEC, **FAST}
+    data["spark"] = {**flights.get("spark", {}), **FAST["spark"]}
     (folder / f"{SPEC}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     return str(folder)
 
 
 @pytest.fixture(scope="module")
-def yarn_lake(yarn_cluster) -> str:
-    """A fresh lake on HDFS with one real day plus the reference tables."""
+def yarn_lake(hdfs_spark_cluster, yarn_cluster) -> str:
+    """A fresh lake on HDFS with one real day plus the reference tables.
+
+    Names `hdfs_spark_cluster` so that xdist runs this module with the cluster's others
+    (tests/conftest.py `module_group`)."""
     root = f"hdfs://127.0.0.1:{cluster_module.Ports.from_env().nn_rpc}/lake/yarn-{uuid.uuid4().hex[:8]}"
     run_command(
         [VENV_BIN / "python", "-m", "lakeprep_airflow.demo_data", "--lake", root, "--from", DAY, "--to", DAY],
