@@ -110,9 +110,12 @@ SPEC_SCHEMA: dict[str, Any] = {
         "label": {
             "type": "object",
             "additionalProperties": False,
-            "required": ["column", "classes"],
+            "required": ["column"],
             "properties": {
                 "column": _NAME,
+                # Classes (the default) or a numeric target binned into `bins` quantile
+                # strata: lakeprep_contracts.labels.
+                "type": {"enum": ["classes", labels.CONTINUOUS]},
                 # Integer classes, or named ones (any JSON scalars): lakeprep_contracts.labels.
                 "classes": {
                     "type": "array",
@@ -120,7 +123,10 @@ SPEC_SCHEMA: dict[str, Any] = {
                     "uniqueItems": True,
                     "items": {"type": ["integer", "string", "boolean", "number"]},
                 },
+                "bins": {"type": "integer", "minimum": 2, "maximum": 1000},
             },
+            "if": {"properties": {"type": {"const": labels.CONTINUOUS}}, "required": ["type"]},
+            "else": {"required": ["classes"]},
         },
         "references": {
             "type": "array",
@@ -305,7 +311,8 @@ def _check_semantics(spec: DatasetSpec, checks_cache: Path | None = None) -> Non
     splits = spec.stages["sample"]["splits"]
     if abs(sum(splits.values()) - 1.0) > 1e-9 or splits["train"] <= 0:
         raise SpecError(f"{where}: stages.sample.splits {splits} must sum to 1 with train > 0")
-    classes = spec.data["label"]["classes"]
+    _check_continuous_label(spec)
+    classes = labels.label_classes(spec.data["label"])
     clash = labels.problems(classes)
     if clash:
         raise SpecError(f"{where}: label.classes: {'; '.join(clash)}")
@@ -351,12 +358,23 @@ def _check_label_type(spec: DatasetSpec) -> None:
     """A label column with a declared type holds values comparable to the integer classes
     (named classes compare with the label's text, whatever its type)."""
     label = spec.data["label"]
-    if not labels.is_integer(label["classes"]):
+    if labels.is_continuous(label):
+        refused = _CONTINUOUS_LABEL_REFUSED
+        wanted = "a number: type it 'double' or 'int' ('string' quarantines values that are not numbers)"
+    elif labels.is_integer(label["classes"]):
+        refused = _INTEGER_LABEL_REFUSED
+        wanted = None
+    else:
         return
     for section in ("columns", "derived"):
         for i, col in enumerate(spec.data[section]):
-            if col["name"] != label["column"] or col.get("type") not in _INTEGER_LABEL_REFUSED:
+            if col["name"] != label["column"] or col.get("type") not in refused:
                 continue
+            if wanted:
+                raise SpecError(
+                    f"{spec.path}: {section}.{i} ({col['name']}).type: the label column is typed "
+                    f"{col['type']!r} but label.type is {labels.CONTINUOUS!r}, {wanted}"
+                )
             raise SpecError(
                 f"{spec.path}: {section}.{i} ({col['name']}).type: the label column is typed "
                 f"{col['type']!r} but label.classes {label['classes']} are integers; type it 'int' "
@@ -364,6 +382,60 @@ def _check_label_type(spec: DatasetSpec) -> None:
                 f"{col['name']} = '...' THEN 0 ... END` under derived, role label, named by "
                 "label.column) and give this column another role, or list the values it holds "
                 "as named classes (label.classes: [Adelie, Chinstrap, ...])"
+            )
+
+
+# A continuous label is read as a number; a boolean, date or timestamp is none.
+_CONTINUOUS_LABEL_REFUSED = ("boolean", "date", "timestamp")
+
+# What needs classes and has no meaning for a numeric target: (knob, refused when, why).
+_CONTINUOUS_REFUSALS: tuple[tuple[str, Any, str], ...] = (
+    ("stages.sample.class_fractions", bool, "per-class shares; the bins are sampled by `fraction`"),
+    ("stages.sample.class_counts", bool, "per-class counts; the bins are sampled by `fraction`"),
+    (
+        "stages.balance.strategy",
+        lambda v: v != "none",
+        "balancing equalises classes, and a continuous label's bins hold equal rows already; set 'none'",
+    ),
+    ("stages.balance.augment", lambda v: v == "smote", "SMOTE interpolates within a class; use 'jitter'"),
+    (
+        "stages.fit_transform.selector_mode",
+        lambda v: v is not None,
+        "univariate selection of a continuous label (F-regression) is not implemented; set null",
+    ),
+    (
+        "stages.export_shards.shards",
+        lambda v: v == "encoded",
+        "encoded shards do not carry the target; use 'prepared'",
+    ),
+)
+
+
+def _check_continuous_label(spec: DatasetSpec) -> None:
+    """`label.type: continuous`: no classes, no column named `target` (the prepared rows'
+    value), and no knob that needs classes (`_CONTINUOUS_REFUSALS`)."""
+    where, label = spec.path, spec.data["label"]
+    if not labels.is_continuous(label):
+        if "bins" in label:
+            raise SpecError(f"{where}: label.bins applies to label.type {labels.CONTINUOUS!r} only")
+        return
+    if "classes" in label:
+        raise SpecError(
+            f"{where}: label.classes {label['classes']} is for a label of classes; a "
+            f"{labels.CONTINUOUS!r} label has `bins` (its quantile strata) instead"
+        )
+    clash = [c["name"] for c in spec.all_columns() if c["name"] == labels.TARGET]
+    if clash:
+        raise SpecError(
+            f"{where}: column {labels.TARGET!r} is the prepared rows' value of a "
+            f"{labels.CONTINUOUS!r} label; rename it (raw_name keeps the file's header)"
+        )
+    for knob, refused, why in _CONTINUOUS_REFUSALS:
+        section, name = knob.rsplit(".", 1)
+        value = spec.stages[section.split(".", 1)[1]][name]
+        if refused(value):
+            raise SpecError(
+                f"{where}: {knob} {value!r} is refused for label.type {labels.CONTINUOUS!r}: {why}"
             )
 
 
@@ -711,7 +783,12 @@ def _validate_params(spec: DatasetSpec) -> dict[str, Any]:
         "derived": [{"name": c["name"], "expr": c["expr"]} for c in spec.data["derived"]],
         "id_column": spec.columns_with_role("id")[0],
         "label_column": label["column"],
-        "label_classes": label["classes"],
+        # A continuous label is checked as a number (lakeprep_contracts.labels).
+        **(
+            {"label_type": labels.CONTINUOUS}
+            if labels.is_continuous(label)
+            else {"label_classes": label["classes"]}
+        ),
         # `_stats.json` profiles the features validate has (reference columns join later).
         "stats_kinds": {c["name"]: c["role"] for c in own if c["role"] in FEATURE_ROLES},
     }
@@ -735,8 +812,8 @@ def _preprocess_params(spec: DatasetSpec, lake_root: str, ds: str) -> dict[str, 
         ],
         "id_column": spec.columns_with_role("id")[0],
         "label_column": spec.data["label"]["column"],
-        # Named classes: preprocess writes each label's id (lakeprep_contracts.labels).
-        **({"label_classes": classes} if labels.names(classes := spec.data["label"]["classes"]) else {}),
+        # A named class's id or a continuous label's bin (lakeprep_contracts.labels).
+        **_preprocess_label(spec.data["label"]),
         # The partition's day: a reference of dated snapshots joins the newest on or before
         # it (lakeprep_contracts.references), so a backfill never joins later facts.
         "day": ds,
@@ -752,7 +829,15 @@ def _preprocess_params(spec: DatasetSpec, lake_root: str, ds: str) -> dict[str, 
     }
 
 
-def column_transforms(spec: DatasetSpec) -> dict[str, list[dict[str, Any]]]:
+def _preprocess_label(label: dict[str, Any]) -> dict[str, Any]:
+    """What preprocess writes as the label: a continuous label's quantile bins (the value
+    as `target`), a named class's id, or (no key) an integer label as it is."""
+    if labels.is_continuous(label):
+        return {"label_bins": labels.bins(label)}
+    return {"label_classes": classes} if labels.names(classes := label["classes"]) else {}
+
+
+def column_transforms(spec: DatasetSpec, lake_root: str | None = None) -> dict[str, list[dict[str, Any]]]:
     """Per feature, the transform settings: the stage's knobs under the column's overrides."""
     stage = spec.stages["fit_transform"]
     out: dict[str, list[dict[str, Any]]] = {role: [] for role in FEATURE_ROLES}
@@ -797,7 +882,7 @@ def _window_params(spec: DatasetSpec, lake_root: str, ds: str, run_id: str) -> d
         "id_column": spec.columns_with_role("id")[0],
         "label_column": label["column"],
         # After preprocess the label is the stored class (the id of a named class).
-        "label_classes": labels.stored_classes(label["classes"]),
+        "label_classes": labels.stored_classes(labels.label_classes(label)),
     }
 
 
@@ -805,7 +890,7 @@ def _sample_params(spec: DatasetSpec) -> dict[str, Any]:
     """`stages.sample` with its per-class knobs keyed by the stored label (the class's id for
     named classes, as the prepared rows hold it)."""
     sample = spec.stages["sample"]
-    classes = spec.data["label"]["classes"]
+    classes = labels.label_classes(spec.data["label"])
     return {
         **sample,
         **{
@@ -830,6 +915,15 @@ def stage_params(
     Window stages also get `window`: which of the window's days were read and which were
     not (failed, missing, before the dataset's start), from `wait_for_window`.
     """
+    if stage in WINDOW_STAGES and labels.is_continuous(spec.data["label"]):
+        # The daily stages prepare a continuous label (the value as `target`, its bins as
+        # strata); the window's stages would treat the bins as classes and train a
+        # classifier of them, so they refuse instead (docs/SPEC.md, "Labels").
+        raise SpecError(
+            f"{spec.path}: label.type {labels.CONTINUOUS!r} is prepared by the daily stages "
+            f"{list(DAILY_STAGES)} only; stage {stage} has no transform of the target or "
+            "regression trainer yet, so it refuses rather than fit the label's bins as classes"
+        )
     if stage == "validate":
         return _validate_params(spec)
     if stage == "preprocess":

@@ -8,7 +8,8 @@ A daily stage: nothing here is learned from data, so any number of days can run 
 parallel and a day's output never depends on another day (everything fitted happens
 once per run in `fit_transform`). Output columns, which `sample` and the window stages
 rely on: `id` (string), `label` (int: the class, or a named class's id in `label_classes`
-order, lakeprep_contracts.labels), then every feature under its spec name:
+order, or a continuous label's quantile bin of the day with its value as `target` (double),
+lakeprep_contracts.labels), then every feature under its spec name:
 numerics as double (NaN becomes null), categoricals as strings with surrounding ASCII
 whitespace trimmed (space, tab, LF, CR, FF, VT: `lakeprep_contracts.references.WHITESPACE`;
 empty becomes null, so `" B6 "`, `"\tB6\n"` and `"B6"` are one category), text as
@@ -72,8 +73,15 @@ class PreprocessParams:
     # Named classes (lakeprep_contracts.labels): the label becomes its class's id. None: an
     # integer label, kept as it is.
     label_classes: list[Any] | None = None
+    # A continuous label (lakeprep_contracts.labels): the label becomes its quantile bin of
+    # the day, 0..label_bins-1, and the value the `target` column.
+    label_bins: int | None = None
 
     def __post_init__(self) -> None:
+        if self.label_bins is not None and (self.label_bins < 2 or self.label_classes is not None):
+            raise ValueError(
+                f"label_bins {self.label_bins!r} must be >= 2, for a continuous label (no label_classes)"
+            )
         if self.text_max_length < 1:
             raise ValueError(f"text_max_length {self.text_max_length!r} must be >= 1")
         if self.day is not None and not _is_iso_date(self.day):
@@ -357,14 +365,48 @@ def clean_features(df: DataFrame, p: PreprocessParams) -> DataFrame:
             toLowercase=p.tokenizer["lowercase"],
             minTokenLength=p.tokenizer["min_token_length"],
         ).transform(df)
-    cols = [
+    if p.label_bins is not None:
+        return _with_target(df, p).select(
+            F.col(p.id_column).cast("string").alias(layout.ID),
+            F.col(layout.LABEL),
+            F.col(labels.TARGET),
+            *_feature_columns(p),
+        )
+    return df.select(
         F.col(p.id_column).cast("string").alias(layout.ID),
         label_id(F.col(p.label_column), p.label_classes).alias(layout.LABEL),
+        *_feature_columns(p),
+    )
+
+
+def _feature_columns(p: PreprocessParams) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    return [
         *[F.nanvl(F.col(c).cast("double"), F.lit(None).cast("double")).alias(c) for c in p.numeric],
         *[join_key(F.col(c).cast("string"), "string").alias(c) for c in p.categorical],
         *[F.col(f"_tokens__{c}").alias(c) for c in p.text],
     ]
-    return df.select(*cols)
+
+
+def _with_target(df: DataFrame, p: PreprocessParams) -> DataFrame:
+    """A continuous label's value as `target` (double) and its quantile bin of the day as
+    `label`: `ntile(bins)` over the day's rows ordered by value, then id, so the bins hold
+    exactly n/bins rows (the first n mod bins one more) whatever the partitioning, and ties
+    at a cut are split by id, the same way on every rerun. Validate has quarantined every
+    value that is not a finite number.
+
+    The window has no partition: Spark sorts the day's rows in one task, as an exact rank
+    needs a total order (the sample's per-stratum selection runs on its own, spread).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    target = F.col(p.label_column).cast("double")
+    order = Window.orderBy(target, F.col(p.id_column).cast("string"))
+    return df.withColumn(labels.TARGET, target).withColumn(
+        layout.LABEL, (F.ntile(p.label_bins).over(order) - 1).cast("int")
+    )
 
 
 def label_id(label: Column, classes: list[Any] | None) -> Column:
