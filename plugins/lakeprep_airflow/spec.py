@@ -27,6 +27,7 @@ import jsonschema
 import yaml
 
 from lakeprep_contracts import knobs, labels, layout
+from lakeprep_contracts.text import SUBWORD
 
 logger = logging.getLogger(__name__)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -818,6 +819,9 @@ def _preprocess_params(spec: DatasetSpec, lake_root: str, ds: str) -> dict[str, 
         # it (lakeprep_contracts.references), so a backfill never joins later facts.
         "day": ds,
         "tokenizer": TOKENIZER,
+        # Texts a tokenizer file encodes stay text (only where there are any: other specs'
+        # params are unchanged).
+        **({"subword_text": subword} if (subword := _subword_text(spec)) else {}),
         # Reference-table features are profiled here (validate profiles the raw ones).
         "stats_kinds": {
             c["name"]: c["role"]
@@ -847,20 +851,51 @@ def column_transforms(spec: DatasetSpec, lake_root: str | None = None) -> dict[s
             continue
         given = col.get("transform", {})
         for key in given:
-            if role not in knobs.COLUMN_TRANSFORM_KEYS[key][1]:
+            roles = (knobs.COLUMN_TRANSFORM_KEYS.get(key) or knobs.COLUMN_ONLY_KEYS[key])[1]
+            if role not in roles:
                 raise SpecError(
                     f"{spec.path}: column {col['name']!r} ({role}): transform.{key} applies to "
-                    f"{knobs.COLUMN_TRANSFORM_KEYS[key][1]} columns only"
+                    f"{roles} columns only"
                 )
         settings = {"name": col["name"]}
         for key, (knob_name, roles) in knobs.COLUMN_TRANSFORM_KEYS.items():
             if role in roles:
                 settings[key] = given.get(key, stage[knob_name])
+        if role == "categorical" and settings["encoding"] == SUBWORD:
+            raise SpecError(
+                f"{spec.path}: column {col['name']!r} (categorical): encoding {SUBWORD!r} is for text "
+                "columns; use vocab or hash"
+            )
         if role == "text":
             settings["min_frequency"] = given.get("min_frequency", stage["text_min_frequency"])
             settings["encoding"] = given.get("encoding", stage["text_encoding"])
+            if settings["encoding"] == SUBWORD:
+                settings["tokenizer"] = _tokenizer_uri(spec, col, given, lake_root)
+            elif "tokenizer" in given:
+                raise SpecError(
+                    f"{spec.path}: column {col['name']!r}: transform.tokenizer is used by encoding "
+                    f"{SUBWORD!r} only; this column's encoding is {settings['encoding']!r}"
+                )
         out[role].append(settings)
     return out
+
+
+def _tokenizer_uri(
+    spec: DatasetSpec, col: dict[str, Any], given: dict[str, Any], lake_root: str | None
+) -> str:
+    """The column's tokenizer.json URI (`transform.tokenizer`, `{lake}` expanded when known)."""
+    uri = given.get("tokenizer")
+    if not uri:
+        raise SpecError(
+            f"{spec.path}: text column {col['name']!r}: encoding {SUBWORD!r} needs transform.tokenizer, "
+            "the URI of the Hugging Face tokenizer.json the model ships with (e.g. "
+            "'{lake}/tokenizers/bert-base-uncased.json')"
+        )
+    return uri if lake_root is None else expand(uri, lake_root=lake_root)
+
+
+def _subword_text(spec: DatasetSpec) -> list[str]:
+    return [t["name"] for t in column_transforms(spec)["text"] if t["encoding"] == SUBWORD]
 
 
 def _fit_profile(spec: DatasetSpec) -> dict[str, Any]:
@@ -942,7 +977,7 @@ def stage_params(
             **_window_params(spec, lake_root, ds, run_id),
             # The id -> class map of named classes, for the transform (lakeprep_contracts.labels).
             **({"label_names": names} if (names := labels.names(spec.data["label"]["classes"])) else {}),
-            **column_transforms(spec),
+            **column_transforms(spec, lake_root),
             "contract": {
                 "validate": _validate_params(spec),
                 "preprocess": _preprocess_params(spec, lake_root, ds),

@@ -76,6 +76,9 @@ class PreprocessParams:
     # A continuous label (lakeprep_contracts.labels): the label becomes its quantile bin of
     # the day, 0..label_bins-1, and the value the `target` column.
     label_bins: int | None = None
+    # Text features of `encoding: tokenizer`: kept as the cut text (a string), which the
+    # transform's tokenizer file splits into subword ids (lakeprep_contracts.encode).
+    subword_text: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.label_bins is not None and (self.label_bins < 2 or self.label_classes is not None):
@@ -357,6 +360,8 @@ def clean_features(df: DataFrame, p: PreprocessParams) -> DataFrame:
         df = df.withColumn(
             tmp, F.substring(F.coalesce(F.col(c).cast("string"), F.lit("")), 1, p.text_max_length)
         )
+        if c in p.subword_text:
+            continue
         df = RegexTokenizer(
             inputCol=tmp,
             outputCol=f"_tokens__{c}",
@@ -385,7 +390,7 @@ def _feature_columns(p: PreprocessParams) -> list[Column]:
     return [
         *[F.nanvl(F.col(c).cast("double"), F.lit(None).cast("double")).alias(c) for c in p.numeric],
         *[join_key(F.col(c).cast("string"), "string").alias(c) for c in p.categorical],
-        *[F.col(f"_tokens__{c}").alias(c) for c in p.text],
+        *[F.col(f"_text__{c}" if c in p.subword_text else f"_tokens__{c}").alias(c) for c in p.text],
     ]
 
 

@@ -147,6 +147,40 @@ def test_column_transform_overrides_resolve_over_the_stage_knobs(tmp_path):
         spec_mod.column_transforms(load_spec(write_spec(tmp_path, numeric_vocab)))
 
 
+def _plane_model(data: dict) -> dict:
+    return next(c for c in data["references"][1]["columns"] if c["name"] == "plane_model")
+
+
+def test_a_text_column_encoded_by_a_tokenizer_file_names_it_and_keeps_its_text(tmp_path):
+    def tokenized(d):
+        _plane_model(d)["transform"] = {"encoding": "tokenizer", "tokenizer": "{lake}/tokenizers/t.json"}
+
+    spec = load_spec(write_spec(tmp_path, tokenized))
+    (text,) = spec_mod.column_transforms(spec, "hdfs://nn:8020/lake")["text"]
+    assert (text["encoding"], text["tokenizer"]) == ("tokenizer", "hdfs://nn:8020/lake/tokenizers/t.json")
+    params = spec_mod.stage_params(spec, "preprocess", lake_root="file:///lake", ds="2013-01-01", run_id="r")
+    assert params["subword_text"] == ["plane_model"]
+    # Specs without the encoding get no new key: their params and config hash are unchanged.
+    assert "subword_text" not in spec_mod.stage_params(
+        load_spec(FLIGHTS), "preprocess", lake_root="file:///l", ds="2013-01-01", run_id="r"
+    )
+
+
+@pytest.mark.parametrize(
+    ("transform", "message"),
+    [
+        ({"encoding": "tokenizer"}, r"'plane_model': encoding 'tokenizer' needs transform.tokenizer"),
+        ({"tokenizer": "{lake}/t.json"}, r"transform.tokenizer is used by encoding 'tokenizer' only"),
+    ],
+)
+def test_a_tokenizer_encoding_and_its_file_go_together(tmp_path, transform, message):
+    def mutate(d):
+        _plane_model(d)["transform"] = transform
+
+    with pytest.raises(SpecError, match=message):
+        spec_mod.column_transforms(load_spec(write_spec(tmp_path, mutate)))
+
+
 def test_reserved_column_names_are_refused(tmp_path):
     def clash(d):
         d["columns"][9]["name"] = "split"

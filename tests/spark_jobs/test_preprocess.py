@@ -321,6 +321,16 @@ def test_long_text_is_cut_before_tokenizing_and_counted(spark, tmp_path):
     assert row["model"] == ["word"] * 4
 
 
+def test_a_text_a_tokenizer_file_encodes_stays_text_cut_at_the_limit(spark, tmp_path):
+    rows = [("a", 0, 5, 1.0, "AA", "Boeing 737-800 " * 10)]
+    src, ref_uri = land(spark, tmp_path, rows=rows)
+    out = f"file://{tmp_path}/out"
+    report = preprocess.run(spark, [src], out, params(ref_uri, text_max_length=20, subword_text=["model"]))
+    assert report["text_cut"] == {"model": 1}
+    (row,) = spark.read.parquet(out).collect()
+    assert row["model"] == ("Boeing 737-800 " * 10)[:20]  # the tokenizer file splits it, not Spark
+
+
 def test_run_twice_gives_the_same_partition(spark, tmp_path):
     src, ref_uri = land(spark, tmp_path)
     out = f"file://{tmp_path}/preprocess/dt=2013-01-01"
