@@ -118,7 +118,13 @@ def _targets(results: dict[str, Any]) -> list[str]:
                 v = fused["median"]
                 what = f"fused mode <= {FUSED_TARGET:g}x the floor ({at})"
                 lines.append(_row(what, f"{v:.1f}x", _judged(fused, v <= FUSED_TARGET)))
-            for key, way in (("daily_ratio", "staged"), ("daily_fused_ratio", "fused, one submission")):
+            daily_ways = (
+                ("daily_ratio", "staged"),
+                ("daily_cpu_ratio", "staged, CPU time"),
+                ("daily_fused_ratio", "fused, one submission"),
+                ("daily_fused_cpu_ratio", "fused, CPU time"),
+            )
+            for key, way in daily_ways:
                 if daily := sp.get(key):
                     v = daily["median"]
                     what = (
