@@ -1,7 +1,8 @@
 """pyproject.toml's package list names every package of the four source roots.
 
 setuptools installs only the packages the list names: a sub-package left out is missing
-from a built wheel although an editable install (and every test) still imports it.
+from a built wheel although an editable install (and every test) still imports it, and a
+folder of package data left out (the JSON Schemas) makes every install warn.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def test_every_package_under_the_source_roots_is_listed():
     found = set()
     for top, folder in setuptools["package-dir"].items():
         root = REPO / folder
-        for init in root.rglob("__init__.py"):
-            parts = init.parent.relative_to(root).parts
-            found.add(".".join((top, *parts)))
+        for sub in [root, *(d for d in root.rglob("*") if d.is_dir())]:
+            if any(sub.glob("*.py")) or any(sub.glob("*.json")):  # modules or package data
+                found.add(".".join((top, *sub.relative_to(root).parts)))
     assert sorted(found) == sorted(setuptools["packages"])
