@@ -46,6 +46,7 @@ from attrs import define
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow import spec as spec_mod
+from lakeprep_contracts import layout
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -281,6 +282,43 @@ class HandoffLineageMixin:
             stages=["training"],
             transform=transform,
         )
+
+
+class DriftLineageMixin:
+    """Lineage of `DriftCheckOperator`: the statistics it compared in, its report out.
+
+    COMPLETE names the partitions whose `_stats.json` the report lists (`stats_files`: the
+    day's and the window's earlier days'); START the day's own validate partition.
+    """
+
+    def _drift_io(self, read: list[str]) -> OperatorLineage:
+        spec, root, ds = self.run_spec(), self.lake_root_uri(), self.run_ds  # type: ignore[attr-defined]
+        output = spec_mod.lake_uri(root, "check_drift", spec.name, ds)
+        return operator_lineage(inputs=read, outputs=[output], spec=spec, ds=ds, stages=["check_drift"])
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        spec, root, ds = self.run_spec(), self.lake_root_uri(), self.run_ds  # type: ignore[attr-defined]
+        return self._drift_io([spec_mod.lake_uri(root, "validate", spec.name, ds)])
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        spec, root, ds = self.run_spec(), self.lake_root_uri(), self.run_ds  # type: ignore[attr-defined]
+        output = spec_mod.lake_uri(root, "check_drift", spec.name, ds)
+        report = _read_json(output, layout.DRIFT, self.webhdfs_conn_id)  # type: ignore[attr-defined]
+        return self._drift_io([uri.rsplit("/", 1)[0] for uri in report.get("stats_files", [])])
+
+
+class ReportLineageMixin:
+    """Lineage of `RunReportOperator`: the run's partitions it summarises in, its report out."""
+
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        spec, root, ds = self.run_spec(), self.lake_root_uri(), self.run_ds  # type: ignore[attr-defined]
+        read = [spec_mod.lake_uri(root, s, spec.name, ds) for s in (*spec_mod.STAGES, "check_drift")]
+        read.append(spec_mod.lake_uri(root, layout.MODELS, spec.name, ds))
+        output = spec_mod.lake_uri(root, layout.REPORTS, spec.name, ds)
+        return operator_lineage(inputs=read, outputs=[output], spec=spec, ds=ds, stages=["write_report"])
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        return self.get_openlineage_facets_on_start()
 
 
 class PartitionLineageMixin:

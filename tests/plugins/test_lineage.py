@@ -11,7 +11,9 @@ import pytest
 
 from lakeprep_airflow import lineage
 from lakeprep_airflow import spec as spec_mod
+from lakeprep_airflow.operators.drift import DriftCheckOperator
 from lakeprep_airflow.operators.handoff import GpuTrainingHandoffOperator
+from lakeprep_airflow.operators.report import RunReportOperator
 from lakeprep_airflow.operators.spark_stage import SparkStageOperator
 from lakeprep_airflow.operators.window_stage import WindowStageOperator
 from lakeprep_airflow.sensors.partition import PartitionSensor
@@ -146,6 +148,36 @@ def test_the_handoff_reads_the_export_and_writes_the_model(tmp_path):
     assert names(done.inputs) == [("file", f"{lake}/export_shards/flights/dt={DAY}")]
     assert names(done.outputs) == [("file", f"{lake}/models/flights/dt={DAY}")]
     assert done.run_facets["lakeprep"].transformSha256 == "ab"
+
+
+def test_check_drift_reads_the_statistics_it_compared_and_writes_its_report(tmp_path):
+    lake = tmp_path / "lake"
+    root = lake.as_uri()
+    stats = [
+        f"{root}/{stage}/flights/dt={day}/_stats.json"
+        for day in ("2013-01-01", DAY)
+        for stage in ("validate", "preprocess")
+    ]
+    commit(lake, "check_drift", DAY, {}, **{"drift.json": json.dumps({"stats_files": stats}).encode()})
+    op = DriftCheckOperator(task_id="check_drift", spec_path=FLIGHTS, lake_root=root, run_ds=DAY)
+
+    done = op.get_openlineage_facets_on_complete(None)
+
+    assert names(done.inputs) == [("file", str(Path(u).parent).removeprefix("file:")) for u in stats]
+    assert names(done.outputs) == [("file", f"{lake}/check_drift/flights/dt={DAY}")]
+    assert names(op.get_openlineage_facets_on_start().inputs) == [
+        ("file", f"{lake}/validate/flights/dt={DAY}")
+    ]
+
+
+def test_the_run_report_reads_the_runs_partitions_and_writes_the_report():
+    op = RunReportOperator(
+        task_id="write_report", spec_path=FLIGHTS, lake_root="hdfs://nn:8020/lake", run_ds=DAY
+    )
+    done = op.get_openlineage_facets_on_complete(None)
+    read = ("validate", "preprocess", "sample", "fit_transform", "export_shards", "check_drift", "models")
+    assert names(done.inputs) == [("hdfs://nn:8020", f"/lake/{s}/flights/dt={DAY}") for s in read]
+    assert names(done.outputs) == [("hdfs://nn:8020", f"/lake/reports/flights/dt={DAY}")]
 
 
 def test_the_partition_sensor_names_the_raw_partition():

@@ -22,6 +22,7 @@ from airflow.sdk import BaseOperator
 
 from lakeprep_airflow import drift, lake_fs
 from lakeprep_airflow import spec as spec_mod
+from lakeprep_airflow.lineage import DriftLineageMixin
 from lakeprep_airflow.locations import require_lake_root
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 from lakeprep_contracts import documents, layout
@@ -50,7 +51,7 @@ def ignored_columns(spec: spec_mod.DatasetSpec) -> list[str]:
     return [c["name"] for c in spec.all_columns() if c.get("drift") == drift.IGNORE]
 
 
-class DriftCheckOperator(RunSpecMixin, BaseOperator):
+class DriftCheckOperator(RunSpecMixin, DriftLineageMixin, BaseOperator):
     """Compare the run's day's statistics with the window's earlier days, per feature.
 
     :param spec_path: the dataset spec (`stages.check_drift`, the window). (templated)

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from lakeprep_airflow.lineage import ReportLineageMixin
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class RunReportOperator(RunSpecMixin, BaseOperator):
+class RunReportOperator(RunSpecMixin, ReportLineageMixin, BaseOperator):
     """Write the run's summary and HTML report for its partition date.
 
     :param spec_path: the dataset spec (its name). (templated)
