@@ -23,6 +23,9 @@ from lakeprep_contracts.moments import EMPTY, Moments
 
 FORMAT_VERSION = 1
 ROWS = "__rows__"  # the row count rides along with the numerics' moments (a constant 1.0)
+# A continuous label's value (the prepared rows' `target`, lakeprep_contracts.labels) rides
+# along too, when the profile asks for it: the window's fit standardises the target with it.
+TARGET = "__target__"
 # The quantile grid: a day's train values at ranks i / GRID. A merged quantile is off by at
 # most about 1 / GRID in rank (0.1 %), plus percentile_approx's 1 / QUANTILE_ACCURACY.
 GRID = 1000
@@ -43,8 +46,11 @@ def profile_of(
     text: Sequence[Mapping[str, Any]],
     *,
     cross_products: bool,
+    target: bool = False,
 ) -> dict[str, Any]:
-    """What a day profiles, from the fit's per-feature settings (`column_transforms`)."""
+    """What a day profiles, from the fit's per-feature settings (`column_transforms`);
+    `target`: the moments of a continuous label's value too (the key only when asked, so a
+    profile of classes is the one it always was)."""
     return {
         "numeric": [c["name"] for c in numeric],
         "categorical": [
@@ -57,6 +63,7 @@ def profile_of(
         ],
         "text": [{"name": t["name"], "encoding": t["encoding"]} for t in text],
         "cross_products": bool(cross_products),
+        **({"target": True} if target else {}),
     }
 
 
@@ -87,6 +94,7 @@ class SplitStatistics:
     categorical: dict[str, dict[str, Counter]]  # feature -> class -> value (or hashed id) -> count
     text: dict[str, Counter]  # feature -> token -> count
     cross: dict[str, Moments] = field(default_factory=dict)  # cross_key(...) -> moments
+    target: Moments | None = None  # a continuous label's value, when the profile has it
     partitions: list[str] = field(default_factory=list)
 
     @property
@@ -109,6 +117,8 @@ def check_profiles(docs: Sequence[tuple[str, Mapping[str, Any]]], wanted: Mappin
         missing += [t["name"] for t in wanted["text"] if t not in have["text"]]
         if wanted["cross_products"] and not have["cross_products"]:
             missing.append("the numerics' cross products (PCA)")
+        if wanted.get("target") and not have.get("target"):
+            missing.append("the continuous label's target")
         if missing:
             stale.append(f"{where} (lacks {', '.join(missing)})")
     if stale:
@@ -137,6 +147,8 @@ def merge(
         partitions=[where for where, _ in docs],
     )
     cross_names = sorted(set(_cross_names(names))) if profile["cross_products"] else []
+    if profile.get("target"):
+        out.target = EMPTY
     for _, doc in docs:
         day = doc["splits"][split]
         for label, n in day["rows"].items():
@@ -151,6 +163,8 @@ def merge(
             for key in cross_names:
                 if key in moments:
                     out.cross[key] = out.cross.get(key, EMPTY).merged(Moments.from_json(moments[key]))
+            if out.target is not None and TARGET in moments:
+                out.target = out.target.merged(Moments.from_json(moments[TARGET]))
         for n in names:
             grid = day["quantile_grids"].get(n)
             if grid:

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from lakeprep_contracts import layout
+from lakeprep_contracts import labels, layout
 from lakeprep_contracts.day_statistics import SplitStatistics, profile_of, quantile, weighted_items
 from lakeprep_contracts.moments import Moments, to_float
 from lakeprep_contracts.text import SUBWORD, TOKENIZER
@@ -77,8 +77,15 @@ class FitParams:
     # Named classes in id order (lakeprep_contracts.labels): the transform's `label.names`,
     # the id -> class map serving prints; None for integer classes.
     label_names: list[Any] | None = None
+    # `continuous` (lakeprep_contracts.labels): `label_classes` are the value's quantile bins,
+    # and the transform's `label.target` standardises the rows' `target`.
+    label_type: str = "classes"
 
     def __post_init__(self) -> None:
+        if self.label_type not in ("classes", labels.CONTINUOUS):
+            raise ValueError(f"label_type {self.label_type!r} must be 'classes' or {labels.CONTINUOUS!r}")
+        if self.label_type == labels.CONTINUOUS and self.label_names is not None:
+            raise ValueError(f"label_names {self.label_names!r} name classes; a continuous label has none")
         if self.label_names is not None and len(self.label_names) != len(self.label_classes):
             raise ValueError(
                 f"label_names {self.label_names!r} must name each of label_classes {self.label_classes!r}"
@@ -161,7 +168,33 @@ class FitError(ValueError):
 
 def profile(p: FitParams) -> dict[str, Any]:
     """What each day must profile for this fit (`sample`'s `fit_profile` param)."""
-    return profile_of(p.numeric, p.categorical, p.text, cross_products=p.pca)
+    return profile_of(
+        p.numeric, p.categorical, p.text, cross_products=p.pca, target=p.label_type == labels.CONTINUOUS
+    )
+
+
+def fit_target(stats: SplitStatistics, column: str) -> dict[str, Any]:
+    """A continuous label's standardisation, `(value - mean) / std` the trainer regresses:
+    the exact mean and sample standard deviation (n - 1) of the train rows' `target`,
+    merged from the days' moments (so those of the union of their rows).
+
+    :raises FitError: no target moments, or a target without spread on the train split.
+    """
+    target = stats.target
+    if target is None or not target.count:
+        raise FitError(
+            f"label {column!r} is continuous but the window's train split has no target values "
+            f"({stats.rows} rows); rerun `sample` for its days"
+        )
+    mean = _finite(target.mean, f"the mean of label {column!r}")
+    variance = target.variance
+    std = 0.0 if variance is None else math.sqrt(_finite(variance, f"the variance of label {column!r}"))
+    if not std > 0:
+        raise FitError(
+            f"label {column!r} is continuous but takes one value ({mean!r}) on the window's "
+            f"{target.count} train rows: there is nothing to regress; widen window.days or the sample"
+        )
+    return {"column": labels.TARGET, "rows": target.count, "mean": mean, "std": std}
 
 
 def _finite(value: Any, what: str) -> float:
@@ -422,6 +455,11 @@ def fit(
             "output": layout.LABEL,
             "classes": p.label_classes,
             **({"names": p.label_names} if p.label_names is not None else {}),
+            **(
+                {"type": labels.CONTINUOUS, "target": fit_target(stats, p.label_column)}
+                if p.label_type == labels.CONTINUOUS
+                else {}
+            ),
         },
         "numeric": chosen.numeric,
         "categorical": chosen.categorical,

@@ -905,7 +905,21 @@ def _fit_profile(spec: DatasetSpec) -> dict[str, Any]:
     fit = spec.stages["fit_transform"]
     pca = fit.get("pca_components") is not None or fit.get("pca_variance") is not None
     columns = column_transforms(spec)
-    return profile_of(columns["numeric"], columns["categorical"], columns["text"], cross_products=pca)
+    return profile_of(
+        columns["numeric"],
+        columns["categorical"],
+        columns["text"],
+        cross_products=pca,
+        target=labels.is_continuous(spec.data["label"]),
+    )
+
+
+def _fit_label(label: dict[str, Any]) -> dict[str, Any]:
+    """The fit's label knobs: a continuous label's type (the transform standardises its
+    target), or named classes' id -> class map; nothing for integer classes."""
+    if labels.is_continuous(label):
+        return {"label_type": labels.CONTINUOUS}
+    return {"label_names": names} if (names := labels.names(label["classes"])) else {}
 
 
 def _window_params(spec: DatasetSpec, lake_root: str, ds: str, run_id: str) -> dict[str, Any]:
@@ -976,7 +990,7 @@ def stage_params(
             **spec.stages["fit_transform"],
             **_window_params(spec, lake_root, ds, run_id),
             # The id -> class map of named classes, for the transform (lakeprep_contracts.labels).
-            **({"label_names": names} if (names := labels.names(spec.data["label"]["classes"])) else {}),
+            **_fit_label(spec.data["label"]),
             **column_transforms(spec, lake_root),
             "contract": {
                 "validate": _validate_params(spec),

@@ -18,6 +18,8 @@ then merges the days' documents (`lakeprep_contracts.day_statistics`,
   id (hash encoding; the id needs only the bucket count), per class: the vocabularies
   and the chi-squared contingency tables of the window follow by adding;
 - per vocab-encoded text feature, the count of each token;
+- with a continuous label (`target` in the profile), the exact moments of its value (the
+  rows' `target`), from which the window's fit standardises the target;
 - with PCA (`cross_products`), for each pair of numerics the exact sum of their
   products where both are present, and of each where the other is missing: the
   covariance of the imputed features follows exactly for any fill.
@@ -31,8 +33,15 @@ from __future__ import annotations
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import layout
-from lakeprep_contracts.day_statistics import FORMAT_VERSION, GRID, QUANTILE_ACCURACY, ROWS, cross_key
+from lakeprep_contracts import labels, layout
+from lakeprep_contracts.day_statistics import (
+    FORMAT_VERSION,
+    GRID,
+    QUANTILE_ACCURACY,
+    ROWS,
+    TARGET,
+    cross_key,
+)
 from lakeprep_jobs.exact_sums import exact_moments_by
 from lakeprep_jobs.transform import quoted
 
@@ -84,6 +93,9 @@ def numeric_values(df: DataFrame, profile: dict[str, Any]) -> dict[str, Column]:
 
     values = {ROWS: F.lit(1.0)}
     values |= {name: _value(name) for name in profile["numeric"]}
+    if profile.get("target"):
+        # A continuous label's value: preprocess wrote it finite (validate quarantined the rest).
+        values[TARGET] = F.col(labels.TARGET).cast("double")
     if profile.get("cross_products"):
         for a, b in combinations(profile["numeric"], 2):
             x, y = _value(a), _value(b)
