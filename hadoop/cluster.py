@@ -31,7 +31,10 @@ Everything the cluster writes lives in one state dir, ``<repo>/.cluster`` unless
 ``client-conf/`` (a HADOOP_CONF_DIR for clients), ``data/``, ``logs/``, ``pids/``.
 
 The module is stdlib-only and importable: ``up()``, ``down()``, ``status()``,
-``client_env()`` and ``stop_service()`` are what pytest fixtures and tests call.
+``client_env()`` and ``stop_service()`` are what pytest fixtures and tests call. Starting,
+recognising (pid files with start times), waiting for and stopping the daemons is
+``ops/supervise.py``, shared with ``ops/airflow_stack.py``; this file holds the service
+list and what is Hadoop's and Spark's.
 """
 
 from __future__ import annotations
@@ -45,8 +48,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -54,10 +55,15 @@ import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 HADOOP_DIR = Path(__file__).resolve().parent
 REPO = HADOOP_DIR.parent
+if str(REPO / "ops") not in sys.path:  # ops/ is a tool folder, not a package
+    sys.path.append(str(REPO / "ops"))
+import supervise  # noqa: E402
+from supervise import HOST  # noqa: E402
+
 TEMPLATES = HADOOP_DIR / "conf"
 POM = HADOOP_DIR / "pom.xml"
 DIST = HADOOP_DIR / ".dist"
@@ -73,10 +79,8 @@ DIST_REQUIRED = (
     "webapps/datanode/WEB-INF/web.xml",
 )
 
-HOST = "127.0.0.1"
 WAIT_TIMEOUT_S = float(os.environ.get("LAKEPREP_CLUSTER_TIMEOUT", "120"))
 STOP_GRACE_S = 15.0
-EXIT_NOT_ALL_UP = 3
 
 # What bin/hdfs adds on JDK 17 (hadoop_finalize_jpms_opts in hadoop-functions.sh, HADOOP-19310),
 # plus Spark's JavaModuleOptions list. Extra --add-opens are harmless; a missing one is
@@ -118,23 +122,19 @@ JAVA17_FLAGS = (
 DAEMON_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
-class ClusterError(RuntimeError):
+class ClusterError(supervise.ServiceError):
     """A service could not be fetched, started or reached; the message says which and why."""
 
 
 # --------------------------------------------------------------------------- configuration
 
 
-def _env_port(name: str, default: int) -> int:
-    value = os.environ.get(name, str(default))
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise ClusterError(f"{name}={value!r} must be a TCP port number (1-65535)")
-    return int(value)
-
-
 @dataclass(frozen=True)
-class Ports:
+class Ports(supervise.EnvPorts):
     """The fixed loopback ports: the Hadoop 3 and Spark defaults, each overridable by env."""
+
+    variable: ClassVar[str] = "LAKEPREP_{}_PORT"
+    error: ClassVar[type[ClusterError]] = ClusterError
 
     nn_rpc: int = 8020
     nn_http: int = 9870
@@ -153,24 +153,18 @@ class Ports:
     nm_localizer: int = 8040
     nm_http: int = 8042
 
-    @classmethod
-    def from_env(cls) -> Ports:
-        defaults = cls()
-        return cls(
-            **{
-                field: _env_port(f"LAKEPREP_{field.upper()}_PORT", getattr(defaults, field))
-                for field in cls.__dataclass_fields__
-            }
-        )
-
 
 @dataclass(frozen=True)
-class Cluster:
+class Cluster(supervise.StateDir):
     """Where one cluster keeps its state, which ports it uses, and who runs it."""
 
-    state_dir: Path
     ports: Ports
     user: str
+
+    error: ClassVar[type[ClusterError]] = ClusterError
+    dir_variable: ClassVar[str] = "LAKEPREP_CLUSTER_DIR"
+    ports_variable: ClassVar[str] = "LAKEPREP_*_PORT"
+    wait_timeout_s: ClassVar[float] = WAIT_TIMEOUT_S
 
     @property
     def conf_dir(self) -> Path:
@@ -199,14 +193,6 @@ class Cluster:
         return self.state_dir / "data"
 
     @property
-    def logs_dir(self) -> Path:
-        return self.state_dir / "logs"
-
-    @property
-    def pids_dir(self) -> Path:
-        return self.state_dir / "pids"
-
-    @property
     def name_dir(self) -> Path:
         return self.data_dir / "namenode"
 
@@ -217,8 +203,8 @@ class Cluster:
 
 def cluster_config(state_dir: str | os.PathLike[str] | None = None) -> Cluster:
     """Resolve the state dir (argument, else $LAKEPREP_CLUSTER_DIR, else <repo>/.cluster)."""
-    chosen = state_dir or os.environ.get("LAKEPREP_CLUSTER_DIR") or REPO / ".cluster"
-    return Cluster(Path(chosen).expanduser().resolve(), Ports.from_env(), getpass.getuser())
+    chosen = Cluster.resolve(state_dir, Cluster.dir_variable, REPO / ".cluster")
+    return Cluster(chosen, Ports.from_env(), getpass.getuser())
 
 
 # --------------------------------------------------------------------------- fetch
@@ -605,130 +591,15 @@ def launch_command(cluster: Cluster, service: Service) -> tuple[list[str], dict[
 
 # --------------------------------------------------------------------------- processes
 
-# Daemons started by this Python process: kept so that exited ones are reaped (no zombies
-# while a pytest session runs on) and Popen does not warn about children still running.
-_children: dict[int, subprocess.Popen[bytes]] = {}
-
-
-def _pid_file(cluster: Cluster, service: Service) -> Path:
-    return cluster.pids_dir / f"{service.name}.pid"
-
-
-def _log_file(cluster: Cluster, service_name: str) -> Path:
-    return cluster.logs_dir / f"{service_name}.log"
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    """argv of a live process, None if it is gone or a zombie.
-
-    While a process is inside execve (spark-class: env -> bash -> java, same pid) the
-    kernel briefly shows an empty cmdline, so an empty one is re-read before believing it.
-    """
-    for _ in range(20):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            return None
-        if stat[stat.rindex(")") + 2] in "ZX":  # state field, after "(comm) "
-            return None
-        if raw:
-            return [arg.decode(errors="replace") for arg in raw.split(b"\0")]
-        time.sleep(0.05)
-    return None
-
-
-def _is_our_process(pid: int, cluster: Cluster, service: Service) -> bool:
-    """Whether pid is still the daemon we started: its main class and our state dir.
-
-    Guards against pid reuse (after a reboot, or a daemon that died long ago): ``down``
-    must never signal a process it did not start.
-    """
-    child = _children.get(pid)
-    if child is not None and child.poll() is not None:  # exited; poll() reaped it
-        del _children[pid]
-        return False
-    args = _cmdline(pid)
-    if args is None:
-        return False
-    return service.main_class in args and any(str(cluster.state_dir) in arg for arg in args)
-
-
-def running_pid(cluster: Cluster, service: Service) -> int | None:
-    """The pid from the service's pid file if that process is still ours, else None."""
-    try:
-        pid = int(_pid_file(cluster, service).read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    return pid if _is_our_process(pid, cluster, service) else None
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        return probe.connect_ex((HOST, port)) == 0
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return f"({path} does not exist)"
-    return f"--- last {min(lines, len(text))} lines of {path} ---\n" + "\n".join(text[-lines:])
-
-
-def _check_ports_free(cluster: Cluster, to_start: Sequence[Service]) -> None:
-    """Fail before formatting or starting anything if a port is taken by a stranger
-    (another cluster, a stale daemon whose pid file was deleted), naming the way out."""
-    for service in to_start:
-        if _port_open(service.port):
-            raise ClusterError(
-                f"{service.name}: {HOST}:{service.port} is already in use by a process that "
-                f"{cluster.pids_dir} does not list; stop it, or choose other ports "
-                f"(LAKEPREP_*_PORT) or another LAKEPREP_CLUSTER_DIR"
-            )
-
 
 def _start(cluster: Cluster, service: Service) -> int:
     """Launch a daemon in its own session (it outlives the CLI), logging to logs/<name>.log."""
     argv, env = launch_command(cluster, service)
-    log_path = _log_file(cluster, service.name)
-    with log_path.open("ab") as log:
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {service.name}\n".encode())
-        log.flush()
-        child = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
-            cwd=cluster.state_dir,
-            start_new_session=True,
-        )
-    _children[child.pid] = child
-    _pid_file(cluster, service).write_text(f"{child.pid}\n")
-    return child.pid
+    return supervise.start(cluster, service.name, argv, {**os.environ, **env})
 
 
-def _stop(cluster: Cluster, service: Service) -> bool:
-    """SIGTERM, then SIGKILL after a grace period; only if the pid is still our daemon."""
-    pid_file = _pid_file(cluster, service)
-    pid = running_pid(cluster, service)
-    if pid is not None:
-        for sig, grace in ((signal.SIGTERM, service.stop_grace_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + grace
-            while time.monotonic() < deadline and _is_our_process(pid, cluster, service):
-                time.sleep(0.2)
-            if not _is_our_process(pid, cluster, service):
-                break
-        else:
-            raise ClusterError(f"{service.name} (pid {pid}) survived SIGKILL")
-    pid_file.unlink(missing_ok=True)
-    return pid is not None
+def _running(cluster: Cluster, service: Service) -> int | None:
+    return supervise.running_pid(cluster, service.name)
 
 
 # --------------------------------------------------------------------------- readiness
@@ -767,27 +638,8 @@ def _wait(
 ) -> None:
     """Poll probe(cluster) (None = ready, else why not) until WAIT_TIMEOUT_S; fail fast if a
     watched daemon dies. Errors carry the endpoint and the tail of the relevant log."""
-    deadline = time.monotonic() + WAIT_TIMEOUT_S
-    why = "not tried"
-    while True:
-        dead = [service for service in watched if running_pid(cluster, service) is None]
-        if dead:
-            raise ClusterError(
-                f"{dead[0].name} exited while waiting for {what} at {endpoint}\n"
-                + _tail(_log_file(cluster, dead[0].name))
-            )
-        try:
-            why = probe(cluster)
-        except (OSError, ValueError, KeyError, IndexError) as err:  # refused, reset, bad JSON
-            why = f"{type(err).__name__}: {err}"
-        if why is None:
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(
-                f"timed out after {WAIT_TIMEOUT_S:.0f} s waiting for {what} at {endpoint}: {why}\n"
-                + _tail(_log_file(cluster, log_of.name))
-            )
-        time.sleep(0.5)
+    names = [service.name for service in watched]
+    supervise.wait(cluster, f"{what} at {endpoint}", lambda: probe(cluster), names, lambda: log_of.name)
 
 
 def _namenode_answers(cluster: Cluster) -> str | None:
@@ -891,7 +743,7 @@ def _format_if_new(cluster: Cluster, namenode: Service) -> bool:
     # Blocks of an older namespace would make the DataNode refuse the new cluster ID.
     if cluster.datanode_dir.exists():
         shutil.rmtree(cluster.datanode_dir)
-    log_path = _log_file(cluster, "namenode-format")
+    log_path = cluster.log_file("namenode-format")
     with log_path.open("ab") as log:
         done = subprocess.run(
             [*launch_command(cluster, namenode)[0], "-format", "-nonInteractive", "-force"],
@@ -903,7 +755,7 @@ def _format_if_new(cluster: Cluster, namenode: Service) -> bool:
             check=False,
         )
     if done.returncode != 0:
-        raise ClusterError(f"NameNode -format failed ({done.returncode})\n" + _tail(log_path))
+        raise ClusterError(f"NameNode -format failed ({done.returncode})\n" + supervise.tail(log_path))
     return True
 
 
@@ -918,10 +770,7 @@ def _create_lake_dirs(cluster: Cluster) -> None:
 
 def _start_unless_running(cluster: Cluster, service: Service) -> bool:
     """Start the service unless its pid file names a live daemon; True if it started it."""
-    if running_pid(cluster, service) is not None:
-        return False
-    _start(cluster, service)
-    return True
+    return supervise.start_unless_running(cluster, service.name, lambda: _start(cluster, service))
 
 
 def _wait_for_hdfs(
@@ -966,8 +815,9 @@ def up(state_dir: str | os.PathLike[str] | None = None, *, yarn: bool = False) -
     namenode, datanode, master, worker = services(cluster)
     resourcemanager, nodemanager = yarn_services(cluster)
     everything = all_services(cluster) if yarn else services(cluster)
-    _check_ports_free(cluster, [service for service in everything if running_pid(cluster, service) is None])
-    if running_pid(cluster, namenode) is None:
+    to_start = [service for service in everything if _running(cluster, service) is None]
+    supervise.check_ports_free(cluster, {service.name: service.port for service in to_start})
+    if _running(cluster, namenode) is None:
         _format_if_new(cluster, namenode)
 
     # Start early, wait late: JVM start-up is most of the time, so the daemons boot side
@@ -986,7 +836,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, *, yarn: bool = False) -
         _wait_for_yarn(cluster, resourcemanager, nodemanager, everything)
     return {
         "state_dir": str(cluster.state_dir),
-        "pids": {service.name: running_pid(cluster, service) for service in everything},
+        "pids": {service.name: _running(cluster, service) for service in everything},
         "started": started,
         "seconds": round(time.monotonic() - began, 1),
         "env": client_env(cluster.state_dir, yarn=yarn),
@@ -1000,6 +850,11 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """
     cluster = cluster_config(state_dir)
     return [service.name for service in reversed(all_services(cluster)) if _stop(cluster, service)]
+
+
+def _stop(cluster: Cluster, service: Service) -> bool:
+    """SIGTERM, then SIGKILL after the service's grace period; only if the pid is still ours."""
+    return supervise.stop(cluster, service.name, service.stop_grace_s)
 
 
 def stop_service(name: str, state_dir: str | os.PathLike[str] | None = None) -> bool:
@@ -1019,11 +874,11 @@ def status(state_dir: str | os.PathLike[str] | None = None, *, yarn: bool = Fals
     cluster = cluster_config(state_dir)
     report = {}
     for service in all_services(cluster) if yarn else services(cluster):
-        pid = running_pid(cluster, service)
+        pid = _running(cluster, service)
         report[service.name] = {
             "pid": pid,
             "endpoint": service.endpoint,
-            "up": pid is not None and _port_open(service.port),
+            "up": pid is not None and supervise.port_open(service.port),
         }
     return report
 
@@ -1074,12 +929,6 @@ def client_env(state_dir: str | os.PathLike[str] | None = None, *, yarn: bool = 
 # --------------------------------------------------------------------------- CLI
 
 
-def _print_status(report: dict[str, dict]) -> None:
-    for name, row in report.items():
-        pid = str(row["pid"]) if row["pid"] else "-"
-        print(f"{name:<13} {'up' if row['up'] else 'down':<5} pid {pid:<8} {row['endpoint']}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("fetch", "up", "down", "status", "env"))
@@ -1088,30 +937,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     command, yarn = args.command, args.yarn
-    try:
+
+    def action() -> int | None:
         if command == "fetch":
             began = time.monotonic()
             ran = fetch()
             print(f"{DIST}: {'fetched' if ran else 'already complete'} ({time.monotonic() - began:.1f} s)")
         elif command == "up":
             result = up(yarn=yarn)
-            _print_status(status(yarn=yarn))
+            supervise.print_status(status(yarn=yarn))
             print(f"up in {result['seconds']} s; started: {', '.join(result['started']) or 'nothing'}")
             print(f'clients: eval "$(python hadoop/cluster.py env{" --yarn" if yarn else ""})"')
         elif command == "down":
-            stopped = down()
-            print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+            print(f"stopped: {', '.join(down()) or 'nothing was running'}")
         elif command == "status":
-            report = status(yarn=yarn)
-            _print_status(report)
-            return 0 if all(row["up"] for row in report.values()) else EXIT_NOT_ALL_UP
+            return supervise.status_exit(status(yarn=yarn))
         else:
-            for name, value in client_env(yarn=yarn).items():
-                print(f"export {name}={shlex.quote(value)}")
-    except ClusterError as err:
-        print(f"cluster {command}: {err}", file=sys.stderr)
-        return 1
-    return 0
+            supervise.print_exports(client_env(yarn=yarn))
+        return None
+
+    return supervise.run_command("cluster", command, action)
 
 
 if __name__ == "__main__":
