@@ -142,3 +142,17 @@ def test_a_tokenizer_that_pads_with_another_id_is_refused(tokenizer_json: bytes)
         encode.tokenizer_facts(tok.to_str().encode(), "t.json")
     with pytest.raises(encode.TransformError, match="not a Hugging Face tokenizer file"):
         encode.tokenizer_facts(b'{"vocab": 1}', "t.json")
+
+
+def test_the_trainer_checks_a_tokenizer_entry_by_its_file_not_a_vocabulary(tokenizer_json: bytes) -> None:
+    from lakeprep_train import transform as tf
+    from tests.training.transform_doc import make_doc
+
+    spec = entry(tokenizer_json)
+    doc = tf.check_document(make_doc(texts=[spec]), "m/transform.json")  # no vocabulary, buckets or regex
+    assert doc["text"][0]["tokenizer_file"] == spec["tokenizer_file"]
+    bad = dict(spec, cardinality=spec["cardinality"] + 1)
+    with pytest.raises(
+        tf.TransformError, match=r"text\[0\] \(doc\)\.cardinality: .* != tokenizer_file.vocab_size"
+    ):
+        tf.check_document(make_doc(texts=[bad]), "m/transform.json")

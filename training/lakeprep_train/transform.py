@@ -147,6 +147,13 @@ def check_document(doc: Any, where: str = "transform.json") -> dict[str, Any]:
                 if clip is not None and clip["lower"] > clip["upper"]:
                     problems.append(f"{at}.clip: lower {clip['lower']} is above upper {clip['upper']}")
                 continue
+            if spec["encoding"] == SUBWORD:  # a tokenizer file's ids: nothing fitted, no regex
+                if spec["cardinality"] != spec["tokenizer_file"]["vocab_size"]:
+                    problems.append(
+                        f"{at}.cardinality: {spec['cardinality']} != tokenizer_file.vocab_size "
+                        f"{spec['tokenizer_file']['vocab_size']}"
+                    )
+                continue
             if spec["encoding"] == "vocab":
                 vocabulary, counts = spec["vocabulary"], spec["counts"]
                 if len(set(vocabulary)) != len(vocabulary):
