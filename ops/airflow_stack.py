@@ -38,7 +38,10 @@ the failing service's log.
 
 Importable; stdlib-only except the REST client ``AirflowClient`` (``requests``), so
 ``down`` and ``status`` run under any Python 3. ``up()``, ``down()``, ``status()``,
-``shell_env()`` and ``AirflowClient`` are what pytest fixtures and tests use.
+``shell_env()`` and ``AirflowClient`` are what pytest fixtures and tests use. Starting,
+recognising (pid files with start times), waiting for and stopping the services is
+``ops/supervise.py``, shared with ``hadoop/cluster.py``; this file holds the service list
+and what is PostgreSQL's and Airflow's.
 """
 
 from __future__ import annotations
@@ -50,8 +53,6 @@ import os
 import pwd
 import secrets
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -59,20 +60,23 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+OPS_DIR = Path(__file__).resolve().parent
+if str(OPS_DIR) not in sys.path:  # loaded by path (tests) rather than run as a script
+    sys.path.append(str(OPS_DIR))
+import supervise  # noqa: E402
+from supervise import HOST, tail  # noqa: E402
 
 if TYPE_CHECKING:
     import requests
 
-OPS_DIR = Path(__file__).resolve().parent
 REPO = OPS_DIR.parent
 VENV_BIN = REPO / ".venv" / "bin"
 
-HOST = "127.0.0.1"
 WAIT_TIMEOUT_S = float(os.environ.get("LAKEPREP_STACK_TIMEOUT", "180"))
 STOP_GRACE_S = 60.0  # Airflow's api-server and scheduler take 3-45 s to stop on SIGTERM
 HTTP_TIMEOUT_S = 30.0  # a busy single-worker api-server can take seconds to answer
-EXIT_NOT_ALL_UP = 3
 PG_SYSTEM_USER = "postgres"
 DB_NAME = "airflow"
 DB_ROLE = "airflow"
@@ -88,50 +92,25 @@ HEALTH_COMPONENTS = {
 }
 
 
-class StackError(RuntimeError):
+class StackError(supervise.ServiceError):
     """A service could not be set up, started, reached or stopped; the message says which and why."""
 
 
 # --------------------------------------------------------------------------- configuration
 
 
-def _env_port(name: str, default: int) -> int:
-    value = os.environ.get(name, str(default))
-    if not value.isdigit() or not 0 < int(value) < 65536:
-        raise StackError(f"{name}={value!r} must be a TCP port number (1-65535)")
-    return int(value)
-
-
 @dataclass(frozen=True)
-class Ports:
-    """The loopback ports of one stack: fixed defaults, each overridable by env."""
+class Ports(supervise.EnvPorts):
+    """The loopback ports of one stack: fixed defaults, each overridable by env
+    (``Ports.free()``: ports free now, for a throwaway stack beside a developer's own)."""
+
+    variable: ClassVar[str] = "LAKEPREP_STACK_{}_PORT"
+    error: ClassVar[type[StackError]] = StackError
 
     postgres: int = 15432
     api: int = 18080
     worker_log: int = 18793
     trigger_log: int = 18794
-
-    @classmethod
-    def from_env(cls) -> Ports:
-        defaults = cls()
-        return cls(
-            **{
-                field: _env_port(f"LAKEPREP_STACK_{field.upper()}_PORT", getattr(defaults, field))
-                for field in cls.__dataclass_fields__
-            }
-        )
-
-    @classmethod
-    def free(cls) -> Ports:
-        """Ports the kernel says are free now, for a throwaway stack beside a developer's own."""
-        sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in cls.__dataclass_fields__]
-        try:
-            for probe in sockets:
-                probe.bind((HOST, 0))  # all bound at once, so the four differ
-            return cls(*(probe.getsockname()[1] for probe in sockets))
-        finally:
-            for probe in sockets:
-                probe.close()
 
 
 @dataclass(frozen=True)
@@ -161,10 +140,13 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class Stack:
+class Stack(supervise.StateDir):
     """Where one stack keeps its state."""
 
-    state_dir: Path
+    error: ClassVar[type[StackError]] = StackError
+    dir_variable: ClassVar[str] = "LAKEPREP_STACK_DIR"
+    ports_variable: ClassVar[str] = "LAKEPREP_STACK_*_PORT"
+    wait_timeout_s: ClassVar[float] = WAIT_TIMEOUT_S
 
     @property
     def settings_file(self) -> Path:
@@ -187,25 +169,13 @@ class Stack:
         return self.airflow_home / "passwords.json"
 
     @property
-    def logs_dir(self) -> Path:
-        return self.state_dir / "logs"
-
-    @property
-    def pids_dir(self) -> Path:
-        return self.state_dir / "pids"
-
-    @property
     def cache_dir(self) -> Path:
         return self.state_dir / "cache"
-
-    def log_file(self, service: str) -> Path:
-        return self.logs_dir / f"{service}.log"
 
 
 def stack_config(state_dir: str | os.PathLike[str] | None = None) -> Stack:
     """Resolve the state dir (argument, else $LAKEPREP_STACK_DIR, else <repo>/.stack)."""
-    chosen = state_dir or os.environ.get("LAKEPREP_STACK_DIR") or REPO / ".stack"
-    return Stack(Path(chosen).expanduser().resolve())
+    return Stack(Stack.resolve(state_dir, Stack.dir_variable, REPO / ".stack"))
 
 
 def load_settings(stack: Stack) -> Settings | None:
@@ -241,16 +211,8 @@ def _new_settings(
     )
 
 
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
-
-
 def save_settings(stack: Stack, settings: Settings) -> None:
-    _write_private(stack.settings_file, json.dumps(asdict(settings), indent=2) + "\n")
+    supervise.write_private(stack.settings_file, json.dumps(asdict(settings), indent=2) + "\n")
 
 
 def airflow_cfg(stack: Stack, settings: Settings) -> str:
@@ -305,8 +267,8 @@ def airflow_cfg(stack: Stack, settings: Settings) -> str:
 
 def write_configs(stack: Stack, settings: Settings) -> None:
     """airflow.cfg and the SimpleAuthManager password file, regenerated at every ``up``."""
-    _write_private(stack.airflow_home / "airflow.cfg", airflow_cfg(stack, settings))
-    _write_private(stack.passwords_file, json.dumps({settings.username: settings.password}) + "\n")
+    supervise.write_private(stack.airflow_home / "airflow.cfg", airflow_cfg(stack, settings))
+    supervise.write_private(stack.passwords_file, json.dumps({settings.username: settings.password}) + "\n")
 
 
 def project_env(stack: Stack, settings: Settings) -> dict[str, str]:
@@ -383,7 +345,7 @@ def _pg_run(stack: Stack, argv: list[str], what: str) -> subprocess.CompletedPro
     if done.returncode != 0:
         raise StackError(
             f"{what} failed ({done.returncode}): {shlex.join(argv)}\n{(done.stdout + done.stderr).strip()}\n"
-            + _tail(stack.log_file("postgres"))
+            + tail(stack.log_file("postgres"))
         )
     return done
 
@@ -455,7 +417,7 @@ def _start_postgres(stack: Stack, settings: Settings) -> None:
     if done.returncode != 0:
         raise StackError(
             f"pg_ctl start failed ({done.returncode}) on {HOST}:{settings.ports.postgres}: "
-            f"{(done.stdout + done.stderr).strip()}\n" + _tail(stack.log_file("postgres"))
+            f"{(done.stdout + done.stderr).strip()}\n" + tail(stack.log_file("postgres"))
         )
 
 
@@ -505,139 +467,19 @@ SERVICES = (
     Service("triggerer", ("triggerer", "--skip-serve-logs")),
 )
 
-# Services started by this Python process: kept so that exited ones are reaped (no zombie
-# leaders while a pytest session runs on).
-_children: dict[int, subprocess.Popen[bytes]] = {}
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after "(comm)" (state is [0], session [3], starttime [19])."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return stat[stat.rindex(")") + 2 :].split()
-
-
-def _alive(pid: int) -> bool:
-    child = _children.get(pid)
-    if child is not None and child.poll() is not None:  # exited; poll() reaped it
-        del _children[pid]
-    fields = _proc_stat(pid)
-    return fields is not None and fields[0] not in "ZX"
-
-
-def _pid_file(stack: Stack, service: Service) -> Path:
-    return stack.pids_dir / f"{service.name}.pid"
-
 
 def running_pid(stack: Stack, service: Service) -> int | None:
-    """The service's pid if that process is still the one we started, else None.
-
-    The pid file holds the pid and its kernel start time: setproctitle rewrites Airflow's
-    command lines, so pid reuse is told apart by start time, never by argv.
-    """
-    try:
-        pid_text, started = _pid_file(stack, service).read_text().split()
-        pid = int(pid_text)
-    except (FileNotFoundError, ValueError):
-        return None
-    fields = _proc_stat(pid)
-    if fields is None or fields[19] != started or not _alive(pid):
-        return None
-    return pid
-
-
-def _session_members(session: int) -> list[int]:
-    """Live processes in a session: a service, its workers, task runners (which move to
-    their own process group, supervisor.py setpgid) and their spark-submit JVMs."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            fields = _proc_stat(int(entry.name))
-            if fields is not None and fields[3] == str(session) and fields[0] not in "ZX":
-                members.append(int(entry.name))
-    return members
+    """The service's pid if that process is still the one we started (``supervise.running_pid``)."""
+    return supervise.running_pid(stack, service.name)
 
 
 def _start(stack: Stack, settings: Settings, service: Service) -> int:
     """Launch a service in its own session (it outlives the CLI), logging to logs/<name>.log."""
-    log_path = stack.log_file(service.name)
-    with log_path.open("ab") as log:
-        log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {service.name}\n".encode())
-        log.flush()
-        child = subprocess.Popen(
-            [str(VENV_BIN / "airflow"), *service.args],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=service_env(stack, settings),
-            cwd=stack.state_dir,  # stray files (spark-warehouse/, derby.log) land here, not in git
-            start_new_session=True,
-        )
-    _children[child.pid] = child
-    started = _proc_stat(child.pid)
-    if started is None:
-        raise StackError(f"{service.name} exited at once\n" + _tail(log_path))
-    _pid_file(stack, service).write_text(f"{child.pid} {started[19]}\n")
-    return child.pid
-
-
-def _stop_services(stack: Stack, to_stop: Sequence[Service]) -> list[str]:
-    """SIGTERM every service's process group at once, wait for their whole sessions, then
-    SIGKILL what is left. Only pids still ours (pid file and start time) are signalled."""
-    pids = {service.name: pid for service in to_stop if (pid := running_pid(stack, service)) is not None}
-    for pid in pids.values():
-        try:
-            os.killpg(pid, signal.SIGTERM)  # start_new_session: pgid == sid == pid
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and any(_alive(pid) or _session_members(pid) for pid in pids.values()):
-        time.sleep(0.3)
-    for pid in pids.values():
-        for member in _session_members(pid):
-            try:
-                os.kill(member, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(pid) or _session_members(pid) for pid in pids.values()):
-        time.sleep(0.2)
-    left = {name: _session_members(pid) for name, pid in pids.items() if _session_members(pid)}
-    if left:
-        raise StackError(f"processes survived SIGKILL: {left}")
-    for service in to_stop:
-        _pid_file(stack, service).unlink(missing_ok=True)
-    return list(pids)
+    argv = [str(VENV_BIN / "airflow"), *service.args]
+    return supervise.start(stack, service.name, argv, service_env(stack, settings))
 
 
 # --------------------------------------------------------------------------- readiness
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        return probe.connect_ex((HOST, port)) == 0
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return f"({path} does not exist)"
-    return f"--- last {min(lines, len(text))} lines of {path} ---\n" + "\n".join(text[-lines:])
-
-
-def _check_ports_free(settings: Settings, to_start: Sequence[str]) -> None:
-    """Fail before starting anything if a port is taken by a stranger, naming the way out."""
-    ports = {"postgres": settings.ports.postgres, "api-server": settings.ports.api}
-    for name in to_start:
-        if name in ports and _port_open(ports[name]):
-            raise StackError(
-                f"{name}: {HOST}:{ports[name]} is already in use by a process this stack did not "
-                f"start; stop it, or choose other ports (LAKEPREP_STACK_*_PORT) or another LAKEPREP_STACK_DIR"
-            )
 
 
 def _health(settings: Settings) -> dict[str, Any]:
@@ -653,31 +495,22 @@ def _unhealthy(health: dict[str, Any]) -> list[str]:
 
 def _wait_healthy(stack: Stack, settings: Settings) -> None:
     """Poll the health endpoint until every component is healthy; fail fast if a service dies."""
-    deadline = time.monotonic() + WAIT_TIMEOUT_S
-    why = "not tried"
-    while True:
-        dead = [service.name for service in SERVICES if running_pid(stack, service) is None]
-        if dead:
-            raise StackError(
-                f"{dead[0]} exited while waiting for {settings.base_url}/api/v2/monitor/health\n"
-                + _tail(stack.log_file(dead[0]))
-            )
-        try:
-            health = _health(settings)
-            waiting = _unhealthy(health)
-            if not waiting:
-                return
-            why = ", ".join(f"{name}: {health.get(name)}" for name in waiting)
-        except (OSError, ValueError) as err:  # refused, reset, HTTP error, bad JSON
-            waiting = ["api-server"]
-            why = f"{type(err).__name__}: {err}"
-        if time.monotonic() > deadline:
-            service = HEALTH_COMPONENTS.get(waiting[0], waiting[0])
-            raise StackError(
-                f"timed out after {WAIT_TIMEOUT_S:.0f} s waiting for "
-                f"{settings.base_url}/api/v2/monitor/health: {why}\n" + _tail(stack.log_file(service))
-            )
-        time.sleep(1.0)
+    waiting = ["api-server"]  # the components the last answer had unhealthy
+
+    def probe() -> str | None:
+        waiting[:] = ["api-server"]  # until it answers
+        health = _health(settings)
+        waiting[:] = _unhealthy(health)
+        return ", ".join(f"{name}: {health.get(name)}" for name in waiting) or None
+
+    supervise.wait(
+        stack,
+        f"{settings.base_url}/api/v2/monitor/health",
+        probe,
+        [service.name for service in SERVICES],
+        lambda: HEALTH_COMPONENTS.get(waiting[0], waiting[0]),
+        interval_s=1.0,
+    )
 
 
 def _migrate(stack: Stack, settings: Settings) -> None:
@@ -694,7 +527,7 @@ def _migrate(stack: Stack, settings: Settings) -> None:
             check=False,
         )
     if done.returncode != 0:
-        raise StackError(f"airflow db migrate failed ({done.returncode})\n" + _tail(log_path))
+        raise StackError(f"airflow db migrate failed ({done.returncode})\n" + tail(log_path))
 
 
 # --------------------------------------------------------------------------- REST client
@@ -874,7 +707,8 @@ def up(
         folder.mkdir(parents=True, exist_ok=True)
     save_settings(stack, settings)
     write_configs(stack, settings)
-    _check_ports_free(settings, [name for name in ("postgres", "api-server") if name not in running])
+    ports = {"postgres": settings.ports.postgres, "api-server": settings.ports.api}
+    supervise.check_ports_free(stack, {name: port for name, port in ports.items() if name not in running})
 
     started = []
     if "postgres" not in running:
@@ -905,7 +739,7 @@ def up(
 def down(state_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """Stop the Airflow services (whole sessions), then PostgreSQL; returns what was stopped."""
     stack = stack_config(state_dir)
-    stopped = _stop_services(stack, SERVICES)
+    stopped = supervise.stop_sessions(stack, [service.name for service in SERVICES], STOP_GRACE_S)
     if stack.pg_data.is_dir() and _stop_postgres(stack):
         stopped.append("postgres")
     return stopped
@@ -930,14 +764,17 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> dict[str, dict]:
         "postgres": {
             "pid": pg_pid,
             "endpoint": f"postgresql://{HOST}:{ports.postgres}/{DB_NAME}",
-            "up": pg_pid is not None and _port_open(ports.postgres),
+            "up": pg_pid is not None and supervise.port_open(ports.postgres),
         }
     }
     component = {value: key for key, value in HEALTH_COMPONENTS.items()}
     for service in SERVICES:
         pid = running_pid(stack, service)
         if service.name == "api-server":
-            up_now, endpoint = pid is not None and _port_open(ports.api), f"http://{HOST}:{ports.api}"
+            up_now, endpoint = (
+                pid is not None and supervise.port_open(ports.api),
+                f"http://{HOST}:{ports.api}",
+            )
         else:
             state = (health.get(component[service.name]) or {}).get("status")
             up_now, endpoint = pid is not None and state == "healthy", f"health: {state or '-'}"
@@ -958,43 +795,33 @@ def shell_env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]
 # --------------------------------------------------------------------------- CLI
 
 
-def _print_status(report: dict[str, dict]) -> None:
-    for name, row in report.items():
-        pid = str(row["pid"]) if row["pid"] else "-"
-        print(f"{name:<14} {'up' if row['up'] else 'down':<5} pid {pid:<8} {row['endpoint']}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=("up", "down", "status", "env"))
     parser.add_argument("--lake", help="lake root URI for `up` (default $AIRFLOW_VAR_LAKEPREP_LAKE_ROOT)")
     args = parser.parse_args(argv)
     command = args.command
-    try:
+
+    def action() -> int | None:
         if command == "up":
             result = up(lake_root=args.lake)
-            _print_status(status())
+            supervise.print_status(status())
             print(f"up in {result['seconds']} s; started: {', '.join(result['started']) or 'nothing'}")
             print(f"lake: {result['lake_root']}")
             print(f"UI: {result['base_url']}/  login: {result['username']} / {result['password']}")
             print(f'CLI: eval "$(python {Path(__file__).relative_to(REPO)} env)"')
         elif command == "down":
-            stopped = down()
-            print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+            print(f"stopped: {', '.join(down()) or 'nothing was running'}")
         elif command == "status":
-            report = status()
-            _print_status(report)
-            return 0 if all(row["up"] for row in report.values()) else EXIT_NOT_ALL_UP
+            return supervise.status_exit(status())
         else:
             overrides = sorted(key for key in os.environ if key.startswith("AIRFLOW__"))
             if overrides:
                 print(f"unset {' '.join(overrides)}")
-            for name, value in shell_env().items():
-                print(f"export {name}={shlex.quote(value)}")
-    except StackError as err:
-        print(f"airflow stack {command}: {err}", file=sys.stderr)
-        return 1
-    return 0
+            supervise.print_exports(shell_env())
+        return None
+
+    return supervise.run_command("airflow stack", command, action)
 
 
 if __name__ == "__main__":
