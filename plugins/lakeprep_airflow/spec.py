@@ -898,6 +898,15 @@ def _subword_text(spec: DatasetSpec) -> list[str]:
     return [t["name"] for t in column_transforms(spec)["text"] if t["encoding"] == SUBWORD]
 
 
+def _subword_texts(spec: DatasetSpec, lake_root: str) -> list[dict[str, Any]]:
+    """{name, tokenizer URI, max_tokens} of each text a tokenizer file encodes."""
+    return [
+        {"name": t["name"], "tokenizer": t["tokenizer"], "max_tokens": t["max_tokens"]}
+        for t in column_transforms(spec, lake_root)["text"]
+        if t["encoding"] == SUBWORD
+    ]
+
+
 def _fit_profile(spec: DatasetSpec) -> dict[str, Any]:
     """What each sampled day profiles for the window's fit (`_fit_statistics.json`)."""
     from lakeprep_contracts.day_statistics import profile_of
@@ -984,6 +993,8 @@ def stage_params(
             "fit_profile": _fit_profile(spec),
             # The day's shards are ordered by the balance hash (lakeprep_jobs.day_shards).
             "balance_seed": spec.stages["balance"]["seed"],
+            # Truncation by each tokenizer file, counted per day (only where a text has one).
+            **({"subword_texts": texts} if (texts := _subword_texts(spec, lake_root)) else {}),
         }
     if stage == "fit_transform":
         return {

@@ -7,7 +7,8 @@ Reads each stage's `_lakeprep_report.json`, `check_drift`'s `drift.json`, the ex
 `manifest.json` and the trainer's `metrics.json`; prints rows through each stage, each
 row naming what its stage removed and added (quarantined, sampled out, undersampled,
 oversampled, synthetic, the rank remainder dropped or padded) and whether rows in = rows
-out + removed - added holds, class balance before and after sampling, the window's class
+out + removed - added holds, the text a tokenizer file cuts at `max_tokens` per split,
+class balance before and after sampling, the window's class
 balance per split through sampling, train-only balancing and augmentation (the export's
 `sampling.json`), drift per feature against the trailing window, the fitted transform
 (where it is, what it fitted on, what it left out), the window's days, the shards written,
@@ -87,6 +88,8 @@ def collect(
         },
         # Which reference tables the day joined: a dated snapshot, or a plain folder (null).
         "reference_snapshots": (reports["preprocess"] or {}).get("reference_snapshots") or {},
+        # Per text of a tokenizer file: rows and tokens its max_tokens cut, per split (sample).
+        "text_truncation": (reports["sample"] or {}).get("text_truncation") or {},
         "class_counts_before_sampling": (reports["sample"] or {}).get("class_counts_before"),
         "class_counts_after_sampling": (reports["sample"] or {}).get("class_counts_after"),
         "class_balance": _balance_view(sampling),
@@ -315,6 +318,15 @@ def render(day: dict[str, Any]) -> str:
             + ", ".join(
                 f"{name} {read['snapshot'] or '(no snapshots)'} ({read['uri']})"
                 for name, read in day["reference_snapshots"].items()
+            )
+        )
+    for name, cut in day.get("text_truncation", {}).items():
+        lines.append(
+            f"text {name} cut at {cut['max_tokens']} tokens by its tokenizer: "
+            + ", ".join(
+                f"{split} {n['rows_truncated']} of {n['rows']} rows ({n['tokens_cut']} tokens cut)"
+                for split in layout.SPLITS  # train, validation, test (the report's keys are sorted)
+                if (n := cut["splits"].get(split))
             )
         )
     if day["class_counts_before_sampling"]:

@@ -83,6 +83,9 @@ class SampleParams:
     balance_seed: int = 0
     rows_per_file: int = 500_000
     row_group_rows: int = day_shards.ROW_GROUP_ROWS
+    # Texts of `encoding: tokenizer` ({name, tokenizer: URI, max_tokens}): the report counts
+    # per split what their tokenizer file cuts at max_tokens (lakeprep_jobs.subword_truncation).
+    subword_texts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not 0 < self.fraction <= 1:
@@ -352,6 +355,12 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
                     layout.join(staging, layout.FIT_STATISTICS),
                     json.dumps(statistics, sort_keys=True, separators=(",", ":"), allow_nan=False),
                 )
+            if p.subword_texts:
+                from lakeprep_jobs.lake import SparkLake
+                from lakeprep_jobs.subword_truncation import day_truncation
+
+                rows = spark.read.schema(sampled.schema).parquet(staging)
+                report["text_truncation"] = day_truncation(SparkLake(spark), rows, p.subword_texts)
             common.write_report(spark, staging, report)
     finally:
         if p.stratify_splits:

@@ -491,6 +491,23 @@ def test_rows_added_by_balancing_count_against_rows_removed(lake):
     assert row + " yes |" in summary.render(day)
 
 
+def test_text_a_tokenizer_cuts_is_shown_per_split_in_split_order(lake):
+    write_day(lake)
+    cut = {"train": {"rows": 70, "rows_truncated": 9, "tokens_cut": 310}}
+    cut |= {"validation": {"rows": 20, "rows_truncated": 0, "tokens_cut": 0}}
+    cut |= {"test": {"rows": 10, "rows_truncated": 1, "tokens_cut": 4}}
+    report = {"rows_in": 108, "rows_out": 100, "rows_sampled_out": 8}
+    report["text_truncation"] = {"plane_model": {"max_tokens": 8, "tokenizer": "t.json", "splits": cut}}
+    _write(lake, "sample", "_lakeprep_report.json", json.loads(json.dumps(report, sort_keys=True)))
+
+    text = summary.render(summary.collect(f"file://{lake}", "flights", DS))
+
+    assert (
+        "text plane_model cut at 8 tokens by its tokenizer: train 9 of 70 rows (310 tokens cut), "
+        "validation 0 of 20 rows (0 tokens cut), test 1 of 10 rows (4 tokens cut)"
+    ) in text
+
+
 def test_a_stage_that_does_not_balance_is_named_with_its_numbers(lake):
     write_day(lake)
     # The export's report without its undersampling: 90 of the window's rows go nowhere.

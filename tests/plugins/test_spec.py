@@ -160,9 +160,21 @@ def test_a_text_column_encoded_by_a_tokenizer_file_names_it_and_keeps_its_text(t
     assert (text["encoding"], text["tokenizer"]) == ("tokenizer", "hdfs://nn:8020/lake/tokenizers/t.json")
     params = spec_mod.stage_params(spec, "preprocess", lake_root="file:///lake", ds="2013-01-01", run_id="r")
     assert params["subword_text"] == ["plane_model"]
+    # The sample stage counts the day's truncation with the same file and length.
+    sample = spec_mod.stage_params(spec, "sample", lake_root="file:///lake", ds="2013-01-01", run_id="r")
+    assert sample["subword_texts"] == [
+        {
+            "name": "plane_model",
+            "tokenizer": "file:///lake/tokenizers/t.json",
+            "max_tokens": text["max_tokens"],
+        }
+    ]
     # Specs without the encoding get no new key: their params and config hash are unchanged.
     assert "subword_text" not in spec_mod.stage_params(
         load_spec(FLIGHTS), "preprocess", lake_root="file:///l", ds="2013-01-01", run_id="r"
+    )
+    assert "subword_texts" not in spec_mod.stage_params(
+        load_spec(FLIGHTS), "sample", lake_root="file:///l", ds="2013-01-01", run_id="r"
     )
 
 
