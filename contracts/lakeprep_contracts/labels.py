@@ -95,6 +95,12 @@ def bins(label: Mapping[str, Any]) -> int:
     return int(label.get("bins", DEFAULT_BINS))
 
 
+def fitted_target(transform_label: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The transform's standardisation of a continuous label (`label.target`: column, mean,
+    std), or None for classes: the trainer regresses `(target - mean) / std`."""
+    return transform_label.get("target") if transform_label.get("type") == CONTINUOUS else None
+
+
 def label_classes(label: Mapping[str, Any]) -> list[Any]:
     """The classes the spec's `label` section gives: declared, or a continuous label's bins."""
     return list(range(bins(label))) if is_continuous(label) else list(label["classes"])

@@ -54,7 +54,8 @@ import pyarrow.parquet as pq
 import torch
 from torch.utils.data import IterableDataset
 
-from lakeprep_contracts.encode import encode, input_columns
+from lakeprep_contracts import labels
+from lakeprep_contracts.encode import PADDING_ID, encode, input_columns
 from lakeprep_contracts.text import SUBWORD
 from lakeprep_train import storage
 from lakeprep_train.augment import Augmentation
@@ -75,10 +76,12 @@ _T = TypeVar("_T")
 # preflight's memory estimate use them too). Ids stay int32 as the shards hold them:
 # nn.Embedding and nn.EmbeddingBag take int32 indices on CPU and CUDA, and int64 would
 # double the bytes each batch is written, pinned and copied to the device with. The label
-# is int64, the class-index target cross-entropy takes.
+# is int64, the class-index target cross-entropy takes; a continuous label's is its value,
+# float32 (the trainer standardises it with the transform's label.target).
 NUMERIC_DTYPE = np.float32
 ID_DTYPE = np.int32
 LABEL_DTYPE = np.int64
+TARGET_DTYPE = np.float32
 
 # Rows a shuffled read mixes at a time (RankBatches' shuffle_rows). A day's prepared files
 # hold one split and one class each, in row groups of 16,384 rows, and a window's manifest
@@ -97,11 +100,23 @@ class Batch:
     numeric: torch.Tensor  # NUMERIC_DTYPE (float32) [B, n_numeric]
     categorical: torch.Tensor  # ID_DTYPE (int32) [B, n_categorical]
     text: torch.Tensor  # ID_DTYPE (int32) [B, n_text, L], 0 = padding
-    label: torch.Tensor  # LABEL_DTYPE (int64) [B], index into manifest label.classes
+    # LABEL_DTYPE (int64) [B], index into manifest label.classes; for a continuous label,
+    # TARGET_DTYPE (float32) [B], its value (the prepared rows' `target`)
+    label: torch.Tensor
     ids: np.ndarray | None = None  # object [B] of row ids, when asked for
 
     def __len__(self) -> int:
         return self.label.shape[0]  # torch.Size holds ints: no tensor op, no int()
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """1 where ``text`` holds a token, 0 at padding (uint8, ``text``'s shape).
+
+        The same mask as ``lakeprep_contracts.encode.attention_mask``: every encoding pads
+        with id 0, which no token has. The reference model's ``EmbeddingBag(padding_idx=0)``
+        takes the mean over exactly these positions (mean pooling under the mask).
+        """
+        return (self.text != PADDING_ID).to(torch.uint8)
 
     def to(self, device: torch.device, non_blocking: bool = False) -> Batch:
         return Batch(
@@ -131,6 +146,8 @@ class FeatureLayout:
     def __init__(self, manifest: Manifest) -> None:
         self.location = manifest.location
         self.read_dictionary: list[str] = []  # prepared string columns, read as dictionary arrays
+        # A continuous label's column (`target`), read as the batches' label; None: classes.
+        self.target: str | None = None
         # The transform the rows are encoded with as they are read; None: encoded shards.
         self.transform: Mapping[str, Any] | None = None
         # Column -> kind of Arrow type, checked against each file read (prepared shards).
@@ -138,6 +155,8 @@ class FeatureLayout:
         if manifest.shard_columns == "prepared":
             self.expected = expected_columns(manifest)  # raises without the document
             self.transform = transform_for_features(manifest, manifest.transform_document)
+            if (fitted := labels.fitted_target(self.transform["label"])) is not None:
+                self.target = fitted["column"]
             # Strings are read as Parquet stores them, dictionary-encoded: the transform then
             # encodes each row group's dictionary once, and rows take their entry's id.
             self.read_dictionary = [
@@ -160,7 +179,8 @@ class FeatureLayout:
             names = input_columns(self.transform)
         else:
             names = [f.name for f in (*self.numeric, *self.categorical, *self.text)]
-        return [*(["id"] if with_ids else []), self.label, *names]
+        target = [self.target] if self.target else []
+        return [*(["id"] if with_ids else []), self.label, *target, *names]
 
     def _features(self, table: pa.Table, where: str) -> dict[str, np.ndarray]:
         """Each feature's values as numpy: numerics and categoricals ``[n]``, texts ``[n, length]``."""
@@ -174,7 +194,7 @@ class FeatureLayout:
                     table.column(f.name), table.num_rows, f.length, f"{where}: text {f.name!r}"
                 )
             return values
-        for name in ("id", self.label):  # prepared features may be missing (null); these may not
+        for name in ("id", self.label, self.target):  # prepared features may be missing (null); these may not
             if name in table.column_names and table.column(name).null_count:
                 raise ValueError(f"{where}: column {name!r} has nulls; a prepared shard has none there")
         try:
@@ -226,11 +246,24 @@ class FeatureLayout:
             "numeric": numeric,
             "categorical": categorical,
             "text": text,
-            "label": self._class_index(table.column(self.label).to_numpy(), where),
+            "label": self._target(table, where)
+            if self.target
+            else self._class_index(table.column(self.label).to_numpy(), where),
         }
         if "id" in table.column_names:
             block["ids"] = table.column("id").to_numpy(zero_copy_only=False)
         return block
+
+    def _target(self, table: pa.Table, where: str) -> np.ndarray:
+        """A continuous label's values (checked not null above), finite, as TARGET_DTYPE."""
+        values = table.column(self.target).to_numpy().astype(TARGET_DTYPE)
+        if values.size and not np.isfinite(values).all():
+            bad = float(values[~np.isfinite(values)][0])
+            raise ValueError(
+                f"{where}: column {self.target!r} (the continuous label's value) holds {bad}, or a value "
+                "beyond float32; validate quarantines what is not a finite number: rerun the day's stages"
+            )
+        return values
 
     def _class_index(self, values: np.ndarray, where: str) -> np.ndarray:
         lookup = self._class_of

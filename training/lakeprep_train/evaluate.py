@@ -38,8 +38,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from lakeprep_contracts import labels as label_kinds
 from lakeprep_train.dataset import RankBatches
-from lakeprep_train.metrics import balanced_accuracy, macro_auc, majority_baseline, roc_auc, training_majority
+from lakeprep_train.metrics import (
+    balanced_accuracy,
+    macro_auc,
+    majority_baseline,
+    regression_metrics,
+    roc_auc,
+    training_majority,
+)
 
 if TYPE_CHECKING:
     from lakeprep_train.manifest import Manifest
@@ -112,7 +120,7 @@ def evaluate_split(
         )
     else:
         logits = torch.zeros((rows_per_rank, *_logit_shape(manifest)), dtype=torch.float32)
-        labels = torch.zeros(rows_per_rank, dtype=torch.int64)
+        labels = torch.zeros(rows_per_rank, dtype=torch.float32 if fitted_target(manifest) else torch.int64)
         ids = np.full(rows_per_rank, None, dtype=object) if with_ids else None
     if world_size > 1:
         logits = _all_gather_rows(logits, device, world_size)
@@ -135,10 +143,17 @@ def evaluate_split(
     return result
 
 
+def fitted_target(manifest: Manifest) -> dict[str, Any] | None:
+    """A continuous label's standardisation (the transform's ``label.target``), or None."""
+    doc = manifest.transform_document
+    return None if doc is None else label_kinds.fitted_target(doc["label"])
+
+
 def _logit_shape(manifest: Manifest) -> tuple[int, ...]:
-    """One row's model output: one logit for two classes, one per class otherwise."""
+    """One row's model output: one logit for two classes (or a regression's one value),
+    one per class otherwise."""
     classes = len(manifest.label.classes)
-    return () if classes == 2 else (classes,)
+    return () if classes == 2 or fitted_target(manifest) else (classes,)
 
 
 def _score_chunk(
@@ -191,7 +206,19 @@ def _all_gather_rows(tensor: torch.Tensor, device: torch.device, world_size: int
 
 
 def split_metrics(logits: torch.Tensor, labels: np.ndarray, manifest: Manifest) -> dict[str, Any]:
-    """Loss, accuracy, balanced accuracy, AUC and the training-majority baseline of scored rows."""
+    """Loss, accuracy, balanced accuracy, AUC and the training-majority baseline of scored
+    rows; for a continuous label, the loss (MSE of the standardised target) and MAE, RMSE
+    and R² on the label's scale against the train mean (``metrics.regression_metrics``)."""
+    fitted = fitted_target(manifest)
+    if fitted is not None:
+        mean, std = fitted["mean"], fitted["std"]
+        values = labels.astype(np.float64)
+        standardised = torch.from_numpy((values - mean) / std).float()
+        return {
+            "loss": float(F.mse_loss(logits, standardised)),
+            **regression_metrics(logits.double().numpy() * std + mean, values, mean),
+            "rows": int(len(labels)),
+        }
     target = torch.from_numpy(labels)
     if logits.dim() == 1:
         loss = F.binary_cross_entropy_with_logits(logits, target.float())

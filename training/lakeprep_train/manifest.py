@@ -582,11 +582,14 @@ def transform_for_features(manifest: Manifest, doc: Mapping[str, Any]) -> dict[s
 def prepared_schema(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, str]:
     """Column -> the kind of Arrow type a "prepared" shard holds it as (docs/MANIFEST.md)."""
     from lakeprep_contracts.encode import input_columns, subword_entries
+    from lakeprep_contracts.labels import TARGET, fitted_target
 
     doc = transform_for_features(manifest, doc)
     roles = {s["name"]: role for role in ROLES for s in doc[role] if "pca_component" not in s}
     roles.update({s["name"]: "numeric" for s in (doc.get("pca") or {}).get("inputs", [])})
     columns = {"id": "string", manifest.label.name: "integer"}
+    if fitted_target(doc["label"]) is not None:  # a continuous label's value (lakeprep_contracts.labels)
+        columns[TARGET] = "number"
     for name in input_columns(doc):
         columns[name] = {"numeric": "number", "categorical": "string", "text": "strings"}[roles[name]]
     for spec in subword_entries(doc):  # a text the tokenizer file encodes: its cleaned string

@@ -1,4 +1,5 @@
-"""Evaluation metrics in numpy: accuracy, balanced accuracy, ROC AUC and the majority-class baseline.
+"""Evaluation metrics in numpy: accuracy, balanced accuracy, ROC AUC and the majority-class
+baseline; MAE, RMSE and R² against the train mean for a continuous label.
 
 The baseline is the honest one: always predicting the **training** split's majority class
 (as sampled, before balancing), scored on the evaluated split. Taking the majority of the
@@ -13,6 +14,7 @@ definition as ``sklearn.metrics.roc_auc_score``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -109,4 +111,30 @@ def majority_baseline(
         "accuracy": float((labels == index).mean()) if len(labels) else None,
         "balanced_accuracy": balanced_accuracy(predicted, labels, len(classes)),
         "auc": auc,
+    }
+
+
+def regression_metrics(predicted: np.ndarray, values: np.ndarray, train_mean: float) -> dict[str, Any]:
+    """A continuous label's metrics on the label's scale: MAE, RMSE and R² of `predicted`
+    against `values`, and the same for the honest baseline, always predicting the
+    **training** split's mean (the transform's `label.target.mean`). R² is
+    ``1 - SSE / SS_tot`` around the evaluated split's own mean (scikit-learn's
+    ``r2_score``); None when the split's values do not vary."""
+    predicted = np.asarray(predicted, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+
+    def scores(guess: np.ndarray) -> dict[str, float | None]:
+        error = guess - values
+        spread = float(((values - values.mean()) ** 2).sum())
+        sse = float((error**2).sum())
+        return {
+            "mae": float(np.abs(error).mean()),
+            "rmse": float(np.sqrt((error**2).mean())),
+            "r2": 1.0 - sse / spread if spread > 0 else None,
+        }
+
+    baseline = np.full_like(values, train_mean)
+    return {
+        **scores(predicted),
+        "baseline": {"predict": "train mean", "mean": train_mean, **scores(baseline)},
     }

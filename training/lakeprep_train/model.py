@@ -35,8 +35,11 @@ class TabularMLP(nn.Module):
         *,
         hidden: Sequence[int] = HIDDEN,
         dropout: float = 0.1,
+        regression: bool = False,
     ) -> None:
         super().__init__()
+        # A continuous label: one output, the standardised target (num_classes are its bins).
+        self.regression = regression
         if num_classes < 2:
             raise ValueError(f"num_classes {num_classes} must be at least 2")
         self.num_classes = num_classes
@@ -60,13 +63,14 @@ class TabularMLP(nn.Module):
         for size in hidden:
             layers += [nn.Linear(width, size), nn.ReLU(), nn.Dropout(dropout)]
             width = size
-        layers.append(nn.Linear(width, 1 if num_classes == 2 else num_classes))
+        layers.append(nn.Linear(width, 1 if num_classes == 2 or regression else num_classes))
         self.mlp = nn.Sequential(*layers)
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
-        """Logits: ``[B]`` for two classes, ``[B, num_classes]`` otherwise."""
+        """Logits: ``[B]`` for two classes (or the standardised target of a regression),
+        ``[B, num_classes]`` otherwise."""
         parts = [numeric]
         parts += [emb(categorical[:, j]) for j, emb in enumerate(self.categorical)]
         parts += [bag(text[:, j, :]) for j, bag in enumerate(self.text)]
         logits = self.mlp(torch.cat(parts, dim=1))
-        return logits.squeeze(1) if self.num_classes == 2 else logits
+        return logits.squeeze(1) if self.num_classes == 2 or self.regression else logits

@@ -28,7 +28,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -39,7 +39,7 @@ import xxhash
 
 from lakeprep_train import checkpoint, storage
 from lakeprep_train.dataset import RankBatches
-from lakeprep_train.evaluate import evaluate_split
+from lakeprep_train.evaluate import evaluate_split, fitted_target
 from lakeprep_train.manifest import Manifest, ManifestError, load_manifest, with_transform_document
 from lakeprep_train.model import HIDDEN, TabularMLP
 from lakeprep_train.preflight import (
@@ -103,9 +103,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def training_loss(
-    logits: torch.Tensor, labels: torch.Tensor, class_weight: torch.Tensor | None
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    class_weight: torch.Tensor | None,
+    target: Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
-    """BCE on one logit for two classes (positive = classes[1]), cross-entropy otherwise."""
+    """BCE on one logit for two classes (positive = classes[1]), cross-entropy otherwise;
+    for a continuous label (``target``: the transform's ``label.target``), the mean squared
+    error of the standardised value, ``(value - mean) / std``."""
+    if target is not None:
+        return F.mse_loss(logits, (labels - target["mean"]) / target["std"])
     if logits.dim() == 1:
         weight = class_weight[labels] if class_weight is not None else None
         return F.binary_cross_entropy_with_logits(logits, labels.float(), weight=weight)
@@ -275,7 +282,10 @@ def fit(
     distributed = env.world_size > 1
     precision = precision or resolve_precision(args.precision, device)
     torch.manual_seed(args.seed)
-    model = TabularMLP(manifest.features, len(manifest.label.classes), hidden=HIDDEN).to(device)
+    target = fitted_target(manifest)  # a continuous label's standardisation, or None
+    model = TabularMLP(
+        manifest.features, len(manifest.label.classes), hidden=HIDDEN, regression=target is not None
+    ).to(device)
     net: torch.nn.Module = model
     comm_timer: CommTimer | None = None
     if distributed:
@@ -287,7 +297,7 @@ def fit(
     optimizer = torch.optim.Adam(net.parameters(), lr=args.lr)
     scaler = torch.amp.GradScaler(device.type) if precision.scaler else None
     class_weight = None
-    if manifest.class_weights:
+    if manifest.class_weights and target is None:  # a regression's bins are strata, not classes
         class_weight = torch.tensor(
             [manifest.class_weights[str(c)] for c in manifest.label.classes],
             dtype=torch.float32,
@@ -400,7 +410,7 @@ def fit(
                 with sync:
                     with precision.context(device):
                         logits = net(batch.numeric, batch.categorical, batch.text)
-                        loss = training_loss(logits.float(), batch.label, class_weight)
+                        loss = training_loss(logits.float(), batch.label, class_weight, target)
                     scaled = loss / group
                     (scaler.scale(scaled) if scaler is not None else scaled).backward()
                 if last_of_group:
@@ -465,23 +475,43 @@ def fit(
                     record["rows_digest"] = f"{epoch_digest:016x}"
                 progress.history.append(record)
                 validation = progress.validation
-                log.info(
-                    "epoch %d/%d: train_loss %.4f on %d rows in %d steps/rank (%.0f samples/s); validation "
-                    "loss %.4f accuracy %.4f balanced accuracy %.4f auc %s (baseline: always class %s, the "
-                    "training majority: accuracy %.4f)",
-                    epoch + 1,
-                    args.epochs,
-                    progress.train_losses[-1],
-                    total_rows,
-                    steps_per_epoch,
-                    total_rows / slowest if slowest else 0.0,
-                    validation["loss"],
-                    validation["accuracy"],
-                    validation["balanced_accuracy"],
-                    "n/a" if validation["auc"] is None else f"{validation['auc']:.4f}",
-                    validation["baseline"]["majority_class"],
-                    validation["baseline"]["accuracy"],
-                )
+                if target is not None:
+                    log.info(
+                        "epoch %d/%d: train_loss %.4f on %d rows in %d steps/rank (%.0f samples/s); "
+                        "validation loss %.4f MAE %.4f RMSE %.4f R² %s (baseline: the train mean %.4f, "
+                        "MAE %.4f RMSE %.4f)",
+                        epoch + 1,
+                        args.epochs,
+                        progress.train_losses[-1],
+                        total_rows,
+                        steps_per_epoch,
+                        total_rows / slowest if slowest else 0.0,
+                        validation["loss"],
+                        validation["mae"],
+                        validation["rmse"],
+                        "n/a" if validation["r2"] is None else f"{validation['r2']:.4f}",
+                        validation["baseline"]["mean"],
+                        validation["baseline"]["mae"],
+                        validation["baseline"]["rmse"],
+                    )
+                else:
+                    log.info(
+                        "epoch %d/%d: train_loss %.4f on %d rows in %d steps/rank (%.0f samples/s); "
+                        "validation loss %.4f accuracy %.4f balanced accuracy %.4f auc %s (baseline: always "
+                        "class %s, the training majority: accuracy %.4f)",
+                        epoch + 1,
+                        args.epochs,
+                        progress.train_losses[-1],
+                        total_rows,
+                        steps_per_epoch,
+                        total_rows / slowest if slowest else 0.0,
+                        validation["loss"],
+                        validation["accuracy"],
+                        validation["balanced_accuracy"],
+                        "n/a" if validation["auc"] is None else f"{validation['auc']:.4f}",
+                        validation["baseline"]["majority_class"],
+                        validation["baseline"]["accuracy"],
+                    )
             if args.checkpoint_dir:
                 progress.epoch_loss = progress.epoch_rows = 0.0
                 progress.epoch_digest = 0
@@ -551,7 +581,11 @@ def fit(
     saved_model = {
         "state_dict": model.state_dict(),
         "features": [f.to_json() for f in manifest.features],
-        "label": {"name": manifest.label.name, "classes": list(manifest.label.classes)},
+        "label": {
+            "name": manifest.label.name,
+            "classes": list(manifest.label.classes),
+            **({"target": dict(target)} if target is not None else {}),
+        },
         "hidden": list(HIDDEN),
         "manifest": manifest.location,
     }
