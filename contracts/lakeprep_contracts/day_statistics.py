@@ -61,10 +61,24 @@ def profile_of(
             }
             for c in categorical
         ],
-        "text": [{"name": t["name"], "encoding": t["encoding"]} for t in text],
+        "text": [
+            {
+                "name": t["name"],
+                "encoding": t["encoding"],
+                # A tokenizer trained on the window learns from the days' word counts.
+                **({"tokenizer_model": t["tokenizer_model"]} if t.get("tokenizer_model") else {}),
+            }
+            for t in text
+        ],
         "cross_products": bool(cross_products),
         **({"target": True} if target else {}),
     }
+
+
+def counts_tokens(text: Mapping[str, Any]) -> bool:
+    """Whether a day counts a text feature's tokens: a fitted vocabulary's, or the words a
+    tokenizer trained on the window learns from (`lakeprep_contracts.subword_training`)."""
+    return text["encoding"] == "vocab" or bool(text.get("tokenizer_model"))
 
 
 class StatisticsError(ValueError):
@@ -143,7 +157,7 @@ def merge(
         rows_per_class={},
         numeric={n: NumericStatistics({}) for n in names},
         categorical={c["name"]: {} for c in profile["categorical"]},
-        text={t["name"]: Counter() for t in profile["text"] if t["encoding"] == "vocab"},
+        text={t["name"]: Counter() for t in profile["text"] if counts_tokens(t)},
         partitions=[where for where, _ in docs],
     )
     cross_names = sorted(set(_cross_names(names))) if profile["cross_products"] else []

@@ -644,6 +644,8 @@ COLUMN_TRANSFORM_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
 COLUMN_ONLY_KEYS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     # The URI of the column's tokenizer.json ({lake} expanded), for `encoding: tokenizer`.
     "tokenizer": ({"type": "string", "minLength": 1}, ("text",)),
+    # Or a tokenizer trained on the window's train split (lakeprep_contracts.subword_training).
+    "tokenizer_model": ({"enum": ["wordpiece", "bpe"]}, ("text",)),
 }
 
 

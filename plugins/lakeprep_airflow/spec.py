@@ -869,13 +869,21 @@ def column_transforms(spec: DatasetSpec, lake_root: str | None = None) -> dict[s
         if role == "text":
             settings["min_frequency"] = given.get("min_frequency", stage["text_min_frequency"])
             settings["encoding"] = given.get("encoding", stage["text_encoding"])
-            if settings["encoding"] == SUBWORD:
+            if settings["encoding"] == SUBWORD and "tokenizer_model" in given:
+                if "tokenizer" in given:
+                    raise SpecError(
+                        f"{spec.path}: column {col['name']!r}: give transform.tokenizer (a tokenizer "
+                        "file) or transform.tokenizer_model (one trained on the window), not both"
+                    )
+                settings["tokenizer_model"] = given["tokenizer_model"]
+            elif settings["encoding"] == SUBWORD:
                 settings["tokenizer"] = _tokenizer_uri(spec, col, given, lake_root)
-            elif "tokenizer" in given:
-                raise SpecError(
-                    f"{spec.path}: column {col['name']!r}: transform.tokenizer is used by encoding "
-                    f"{SUBWORD!r} only; this column's encoding is {settings['encoding']!r}"
-                )
+            for key in ("tokenizer", "tokenizer_model"):
+                if key in given and settings["encoding"] != SUBWORD:
+                    raise SpecError(
+                        f"{spec.path}: column {col['name']!r}: transform.{key} is used by encoding "
+                        f"{SUBWORD!r} only; this column's encoding is {settings['encoding']!r}"
+                    )
         out[role].append(settings)
     return out
 
@@ -889,7 +897,8 @@ def _tokenizer_uri(
         raise SpecError(
             f"{spec.path}: text column {col['name']!r}: encoding {SUBWORD!r} needs transform.tokenizer, "
             "the URI of the Hugging Face tokenizer.json the model ships with (e.g. "
-            "'{lake}/tokenizers/bert-base-uncased.json')"
+            "'{lake}/tokenizers/bert-base-uncased.json'), or transform.tokenizer_model (wordpiece "
+            "or bpe) to train one on the window's train split"
         )
     return uri if lake_root is None else expand(uri, lake_root=lake_root)
 
@@ -899,11 +908,12 @@ def _subword_text(spec: DatasetSpec) -> list[str]:
 
 
 def _subword_texts(spec: DatasetSpec, lake_root: str) -> list[dict[str, Any]]:
-    """{name, tokenizer URI, max_tokens} of each text a tokenizer file encodes."""
+    """{name, tokenizer URI, max_tokens} of each text a tokenizer file encodes (a tokenizer
+    trained on the window does not exist when the day is sampled: its texts are not counted)."""
     return [
         {"name": t["name"], "tokenizer": t["tokenizer"], "max_tokens": t["max_tokens"]}
         for t in column_transforms(spec, lake_root)["text"]
-        if t["encoding"] == SUBWORD
+        if t["encoding"] == SUBWORD and "tokenizer" in t
     ]
 
 

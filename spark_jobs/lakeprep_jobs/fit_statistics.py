@@ -17,7 +17,9 @@ then merges the days' documents (`lakeprep_contracts.day_statistics`,
 - per categorical feature, the count of each value (vocab encoding) or of each hashed
   id (hash encoding; the id needs only the bucket count), per class: the vocabularies
   and the chi-squared contingency tables of the window follow by adding;
-- per vocab-encoded text feature, the count of each token;
+- per vocab-encoded text feature, the count of each token; per text whose tokenizer is
+  trained on the window (`tokenizer_model`), the count of each word of its kept text
+  (lower-cased, split as RegexTokenizer splits: `lakeprep_contracts.text.TOKENIZER`);
 - with a continuous label (`target` in the profile), the exact moments of its value (the
   rows' `target`), from which the window's fit standardises the target;
 - with PCA (`cross_products`), for each pair of numerics the exact sum of their
@@ -40,8 +42,10 @@ from lakeprep_contracts.day_statistics import (
     QUANTILE_ACCURACY,
     ROWS,
     TARGET,
+    counts_tokens,
     cross_key,
 )
+from lakeprep_contracts.text import TOKENIZER
 from lakeprep_jobs.exact_sums import exact_moments_by
 from lakeprep_jobs.transform import quoted
 
@@ -155,16 +159,19 @@ def _counts(df: DataFrame, profile: dict[str, Any]) -> list[Any]:
             ).where(F.col(quoted(name)).isNotNull())
         )
     for col in profile["text"]:
-        if col["encoding"] != "vocab":
+        if not counts_tokens(col):
             continue
+        tokens = F.col(quoted(col["name"]))
+        if col["encoding"] != "vocab":  # a kept text (a string): its words, as RegexTokenizer splits
+            tokens = F.split(F.lower(tokens), TOKENIZER["pattern"])
         parts.append(
             df.select(
                 layout.SPLIT,
                 F.lit(None).cast("string").alias("label"),
                 F.lit("text").alias("kind"),
                 F.lit(col["name"]).alias("feature"),
-                F.explode(F.col(quoted(col["name"]))).alias("value"),
-            ).where(F.col("value").isNotNull())
+                F.explode(tokens).alias("value"),
+            ).where(F.col("value").isNotNull() & (F.col("value") != ""))
         )
     if not parts:
         return []
@@ -189,7 +196,7 @@ def split_statistics(df: DataFrame, profile: dict[str, Any], classes: list[Any])
             "moments": by_class,
             "quantile_grids": grids if split == "train" else {},
             "categorical": {col["name"]: {c: [] for c in labels} for col in profile["categorical"]},
-            "text": {col["name"]: [] for col in profile["text"] if col["encoding"] == "vocab"},
+            "text": {col["name"]: [] for col in profile["text"] if counts_tokens(col)},
         }
     for r in counts:
         split = splits[r[layout.SPLIT]]

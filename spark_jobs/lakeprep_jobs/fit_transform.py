@@ -49,6 +49,8 @@ from lakeprep_jobs.lake import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from lakeprep_contracts.day_statistics import SplitStatistics
+
 
 def fit(
     train: DataFrame, p: FitParams, *, rows: int, partitions: list[str]
@@ -93,18 +95,35 @@ def read_statistics(lake: Lake, inputs: list[str]) -> list[tuple[str, dict[str, 
     return out
 
 
-def read_tokenizers(lake: Lake, p: FitParams) -> dict[str, tuple[dict[str, Any], bytes]]:
+def read_tokenizers(
+    lake: Lake, p: FitParams, stats: SplitStatistics | None = None
+) -> dict[str, tuple[dict[str, Any], bytes]]:
     """Per ``encoding: tokenizer`` text feature: (its file's facts, its bytes), read from the
-    URI the spec gives (``columns[].transform.tokenizer``).
+    URI the spec gives (``columns[].transform.tokenizer``), or trained on the window's train
+    split from the days' merged word counts in ``stats`` (``transform.tokenizer_model``;
+    the facts then hold ``trained``: what it learned from).
 
     :raises TransformError: (a refusal) no file at the URI, a file that is not a tokenizer,
         or one that pads with an id other than 0.
+    :raises ValueError: (a refusal) no train word to learn a tokenizer from.
     """
-    from lakeprep_contracts import encode
+    from lakeprep_contracts import encode, subword_training
 
     out = {}
     for col in p.text:
         if col["encoding"] != SUBWORD:
+            continue
+        if subword_training.trains_tokenizer(col):
+            if stats is None or col["name"] not in stats.text:
+                raise FitError(f"text {col['name']!r}: tokenizer_model needs the days' word counts")
+            data, trained = subword_training.train_from_counts(
+                stats.text[col["name"]],
+                col["tokenizer_model"],
+                int(col["vocab_size"]),
+                min_frequency=int(col["min_frequency"]),
+            )
+            facts = encode.tokenizer_facts(data, f"text {col['name']!r}: the tokenizer trained on the window")
+            out[col["name"]] = ({**facts, "trained": trained}, data)
             continue
         uri = col.get("tokenizer")
         if not uri:
@@ -146,7 +165,7 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: FitParams) -> dict[str
             f"window {inputs[0]} .. {inputs[-1]}: no train rows to fit the transform on "
             f"(rows per split {counts}); widen window.days or the sample fractions"
         )
-    tokenizers = read_tokenizers(lake, p)
+    tokenizers = read_tokenizers(lake, p, stats)
     doc, notes = window_fit.fit(stats, p, {name: facts for name, (facts, _) in tokenizers.items()})
     for message in notes["warnings"]:
         common.log.warning("fit_transform: %s", message)
@@ -175,6 +194,9 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: FitParams) -> dict[str
         else {"k": doc["pca"]["k"], "explained_variance": sum(doc["pca"]["explained_variance"])},
         "warnings": notes["warnings"],
     }
+    trained = {name: facts["trained"] for name, (facts, _) in tokenizers.items() if "trained" in facts}
+    if trained:  # only where a text trains one: other specs' reports unchanged
+        report["tokenizers_trained"] = trained
     with PartitionCommit(lake, output) as staging:
         write_text(lake, layout.join(staging, layout.TRANSFORM), text)
         # Each tokenizer file beside transform.json, under the name the document gives it.

@@ -178,10 +178,32 @@ def test_a_text_column_encoded_by_a_tokenizer_file_names_it_and_keeps_its_text(t
     )
 
 
+def test_a_tokenizer_trained_on_the_window_needs_no_file_and_no_day_count(tmp_path):
+    def trained(d):
+        _plane_model(d)["transform"] = {"encoding": "tokenizer", "tokenizer_model": "bpe", "vocab_size": 800}
+
+    spec = load_spec(write_spec(tmp_path, trained))
+    (text,) = spec_mod.column_transforms(spec, "file:///lake")["text"]
+    assert (text["tokenizer_model"], text["vocab_size"]) == ("bpe", 800) and "tokenizer" not in text
+    sample = spec_mod.stage_params(spec, "sample", lake_root="file:///lake", ds="2013-01-01", run_id="r")
+    assert "subword_texts" not in sample  # no file yet when the day is sampled
+    (profiled,) = sample["fit_profile"]["text"]
+    assert profiled == {"name": "plane_model", "encoding": "tokenizer", "tokenizer_model": "bpe"}
+    preprocess = spec_mod.stage_params(
+        spec, "preprocess", lake_root="file:///lake", ds="2013-01-01", run_id="r"
+    )
+    assert preprocess["subword_text"] == ["plane_model"]
+
+
 @pytest.mark.parametrize(
     ("transform", "message"),
     [
         ({"encoding": "tokenizer"}, r"'plane_model': encoding 'tokenizer' needs transform.tokenizer"),
+        (
+            {"encoding": "tokenizer", "tokenizer": "{lake}/t.json", "tokenizer_model": "bpe"},
+            r"give transform.tokenizer \(a tokenizer file\) or transform.tokenizer_model",
+        ),
+        ({"tokenizer_model": "wordpiece"}, r"transform.tokenizer_model is used by encoding 'tokenizer' only"),
         ({"tokenizer": "{lake}/t.json"}, r"transform.tokenizer is used by encoding 'tokenizer' only"),
     ],
 )
