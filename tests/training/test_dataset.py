@@ -56,6 +56,18 @@ def test_batches_have_the_tensor_layout(export_two_ranks):
     assert batch.ids is None
 
 
+def test_the_attention_mask_marks_tokens_not_padding():
+    text = torch.tensor([[[101, 7, 102, 0]], [[101, 102, 0, 0]]], dtype=torch.int32)
+    batch = dataset.Batch(
+        numeric=torch.zeros(2, 0),
+        categorical=torch.zeros(2, 0, dtype=torch.int32),
+        text=text,
+        label=torch.zeros(2, dtype=torch.int64),
+    )
+    assert batch.attention_mask.dtype == torch.uint8
+    assert batch.attention_mask.tolist() == [[[1, 1, 1, 0]], [[1, 1, 0, 0]]]
+
+
 def test_rows_match_their_shard_values(export_two_ranks):
     manifest = load_manifest(str(export_two_ranks))
     shard = manifest.split("validation").shards_for_rank(0)[0]
