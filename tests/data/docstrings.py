@@ -11,21 +11,21 @@ keeps its newlines, quoted), object i on day `DAYS[i % len(DAYS)]`, `_SUCCESS` l
 
 A WordPiece tokenizer (Hugging Face `tokenizers`, the file format a model ships with) is
 trained on the same docstrings and written to `<lake>/tokenizers/docstrings/tokenizer.json`,
-where the spec `tests/data/pipelines/docstrings.yaml` names it. Training is deterministic
-(same corpus, same file), so every landing writes the same bytes.
+where the spec `tests/data/pipelines/docstrings.yaml` names it. `tokenizers`' trainer
+orders equal-count merges differently from one process to the next, so two landings
+may write different vocabularies: a test lands once and reads that file throughout
+(lakeprep's own trainer, `lakeprep_contracts.subword_training`, is deterministic).
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
 import importlib
 import inspect
-import io
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from lakeprep_airflow import lake_fs
+from tests.data import daily_csv
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +65,9 @@ def shipped_rows() -> list[list[str]]:
     return rows
 
 
-def partitions(extra_rows: Mapping[str, Sequence[Sequence[str]]] | None = None) -> dict[str, str]:
+def partitions(extra_rows: daily_csv.Rows | None = None) -> dict[str, str]:
     """Day -> that day's CSV text: the header, its docstrings, then its `extra_rows`."""
-    days: dict[str, list[Sequence[str]]] = {d: [] for d in DAYS}
-    for i, row in enumerate(shipped_rows()):
-        days[DAYS[i % len(DAYS)]].append(row)
-    for day, rows in (extra_rows or {}).items():
-        days[day].extend(rows)
-    out = {}
-    for day, rows in days.items():
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(HEADER)
-        writer.writerows(rows)
-        out[day] = buffer.getvalue()
-    return out
+    return daily_csv.partitions(HEADER, shipped_rows(), DAYS, extra_rows)
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> bytes:
@@ -101,40 +89,19 @@ def land(
     lake_root: str,
     days: Iterable[str] | None = None,
     *,
-    extra_rows: Mapping[str, Sequence[Sequence[str]]] | None = None,
+    extra_rows: daily_csv.Rows | None = None,
     webhdfs_conn_id: str = "webhdfs_default",
 ) -> dict[str, int]:
     """Land the given days (default: all) under `<lake>/raw/docstrings/` and the tokenizer
     file; return rows per day."""
     fs, root = lake_fs.resolve(lake_root, webhdfs_conn_id=webhdfs_conn_id)
-    available = partitions(extra_rows)
-    wanted = list(days) if days is not None else list(available)
-    unknown = [d for d in wanted if d not in available]
-    if unknown:
-        raise ValueError(f"docstrings days are {list(available)}, not {unknown}")
     fs.write_bytes(lake_fs.join(root, *TOKENIZER_PATH), train_tokenizer(doc for _, _, doc in shipped_rows()))
-    counts = {}
-    for day in wanted:
-        path = lake_fs.join(root, "raw", "docstrings", f"dt={day}")
-        fs.delete(lake_fs.join(path, "_SUCCESS"))
-        fs.write_bytes(lake_fs.join(path, "part-00000.csv"), available[day].encode("utf-8"))
-        fs.write_bytes(lake_fs.join(path, "_SUCCESS"), b"")
-        counts[day] = len(list(csv.reader(io.StringIO(available[day])))) - 1
-    log.info(
-        "landed %d docstrings in %d daily partitions under %s", sum(counts.values()), len(counts), lake_root
-    )
-    return counts
+    available = partitions(extra_rows)
+    return daily_csv.land(lake_root, "docstrings", available, days, webhdfs_conn_id=webhdfs_conn_id)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lake", required=True, help="lake root URI (file:// or hdfs://)")
-    parser.add_argument("--day", action="append", help=f"a day to land (repeatable; default {list(DAYS)})")
-    parser.add_argument("--webhdfs-conn-id", default="webhdfs_default")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    counts = land(args.lake, args.day, webhdfs_conn_id=args.webhdfs_conn_id)
-    print(f"landed {sum(counts.values())} docstrings in {len(counts)} daily partitions under {args.lake}")
+    daily_csv.main(__doc__, DAYS, land, argv)
 
 
 if __name__ == "__main__":
