@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 
 SHARD_COLUMNS = "prepared"
 SUPERSEDED_DIR = "superseded"
-_SOURCE, _FILE, _ROW = "_source", "_file", "_row"
+_FILE, _ROW = "_file", "_row"
 
 
 def relative_path(folder: str, target: str) -> str:
@@ -93,9 +93,12 @@ def _files(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for per_class in doc["splits"].values() for listed in per_class.values() for f in listed]
 
 
-def window_ids(lake: Lake, inputs: Sequence[str], docs: Sequence[dict[str, Any]]) -> pa.Table:
-    """The window's ids, each with its day (`_source`), file name and row position in the file."""
-    parts = []
+def window_ids(
+    lake: Lake, inputs: Sequence[str], docs: Sequence[dict[str, Any]]
+) -> tuple[pa.Table, list[tuple[int, str]]]:
+    """The window's ids, each with its file (`_file`, an index into the (day, file name)
+    list returned beside) and its row position in that file. Only the id column is read."""
+    parts, files = [], []
     for i, (uri, doc) in enumerate(zip(inputs, docs, strict=True)):
         for f in _files(doc):
             where = layout.join(uri, f["path"])
@@ -105,33 +108,36 @@ def window_ids(lake: Lake, inputs: Sequence[str], docs: Sequence[dict[str, Any]]
                 pa.table(
                     {
                         layout.ID: ids,
-                        _SOURCE: pa.array(np.full(n, i, dtype=np.int32)),
-                        _FILE: pa.array([f["path"]] * n, pa.string()),
+                        _FILE: pa.array(np.full(n, len(files), dtype=np.int32)),
                         _ROW: pa.array(np.arange(n, dtype=np.int64)),
                     }
                 )
             )
-    schema = pa.schema(
-        [(layout.ID, pa.string()), (_SOURCE, pa.int32()), (_FILE, pa.string()), (_ROW, pa.int64())]
-    )
-    return pa.concat_tables(parts) if parts else schema.empty_table()
+            files.append((i, f["path"]))
+    schema = pa.schema([(layout.ID, pa.string()), (_FILE, pa.int32()), (_ROW, pa.int64())])
+    return (pa.concat_tables(parts) if parts else schema.empty_table()), files
 
 
-def superseded_rows(ids: pa.Table) -> dict[tuple[int, str], np.ndarray]:
+def superseded_rows(ids: pa.Table, files: Sequence[tuple[int, str]]) -> dict[tuple[int, str], np.ndarray]:
     """(day, file) -> the sorted positions of its rows whose id a later day holds too.
 
     An id on several days is read once, from the latest: its other days' rows are
-    superseded. One hash aggregate over the ids (Arrow's, exact: by value, not by hash).
+    superseded. Exact, by value: one hash aggregate over the ids (Arrow's) counts each id
+    and finds its latest file, whose day is the latest (files are listed day by day).
+    Preprocess leaves an id once per day, so a count above 1 means several days; a rare
+    repeat within one day would supersede nothing, as no row precedes its own day.
     """
-    latest = ids.group_by(layout.ID).aggregate([(_SOURCE, "count_distinct"), (_SOURCE, "max")])
-    repeated = latest.filter(pc.greater(latest[f"{_SOURCE}_count_distinct"], 1))
+    day_of_file = np.asarray([day for day, _ in files], dtype=np.int32)
+    latest = ids.group_by(layout.ID).aggregate([(_FILE, "count"), (_FILE, "max")])
+    repeated = latest.filter(pc.greater(latest[f"{_FILE}_count"], 1))
     if not repeated.num_rows:
         return {}
-    rows = ids.join(repeated.select([layout.ID, f"{_SOURCE}_max"]), layout.ID, join_type="inner")
-    rows = rows.filter(pc.less(rows[_SOURCE], rows[f"{_SOURCE}_max"]))
+    rows = ids.join(repeated.select([layout.ID, f"{_FILE}_max"]), layout.ID, join_type="inner")
+    file_of_row = rows[_FILE].to_numpy()
+    earlier = day_of_file[file_of_row] < day_of_file[rows[f"{_FILE}_max"].to_numpy()]
     out: dict[tuple[int, str], list[int]] = {}
-    for source, name, row in zip(*(rows[c].to_pylist() for c in (_SOURCE, _FILE, _ROW)), strict=True):
-        out.setdefault((source, name), []).append(row)
+    for file, row in zip(file_of_row[earlier].tolist(), rows[_ROW].to_numpy()[earlier].tolist(), strict=True):
+        out.setdefault(files[file], []).append(row)
     return {key: np.unique(np.asarray(v, dtype=np.int64)) for key, v in sorted(out.items())}
 
 
@@ -161,7 +167,7 @@ def remove_superseded(
     (None when nothing is left), and the rows superseded."""
     if len(inputs) < 2:
         return {}, 0
-    found = superseded_rows(window_ids(lake, inputs, docs))
+    found = superseded_rows(*window_ids(lake, inputs, docs))
     out: dict[tuple[int, str], DayFile | None] = {}
     for (i, name), rows in found.items():
         day = inputs[i].rstrip("/").rsplit("/", 1)[-1]
