@@ -570,8 +570,7 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "node_selector",
             None,
             {"type": ["object", "null"], "additionalProperties": {"type": "string"}},
-            "`kubernetes`: node labels the pods must match (e.g. a GPU node pool); null = the "
-            "connection's",
+            "`kubernetes`: node labels the pods must match (e.g. a GPU node pool); null = the connection's",
             shapes_data=False,
         ),
         Knob(
