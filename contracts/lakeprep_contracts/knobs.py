@@ -475,6 +475,13 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
             "Adam learning rate",
         ),
         Knob(
+            "seed",
+            0,
+            _SEED,
+            "the trainer's seed: initial weights, each epoch's shuffle of the shards' rows and the "
+            "loader's augmentation draws (the sample's seed is `stages.sample.seed`)",
+        ),
+        Knob(
             "precision",
             "auto",
             {"enum": ["auto", "fp32", "bf16", "fp16"]},

@@ -258,7 +258,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
             run_ds=self.run_ds,
             run_key=run_key(context),
             training=spec.training,
-            seed=spec.stages["sample"]["seed"],
+            seed=spec.training["seed"],
             spark_conf=spec.data.get("spark", {}).get("conf", {}),
             manifest=manifest,
             manifest_uri=manifest_uri,
