@@ -164,6 +164,10 @@ def _balance_section(day: dict[str, Any]) -> str:
     b = day.get("class_balance")
     if not before and not b:
         return _section("class-balance", _missing("sample has not run for this day yet."))
+    # A continuous label's counts are of its quantile bins, the strata of sampling; the
+    # spec refuses balancing them, so the train split goes from sampled to augmented.
+    continuous = summary.is_continuous(day)
+    unit = "label bin" if continuous else "class"
     panels: list[tuple[str, dict[str, dict[str, int]]]] = []
     if before:
         panels.append(("the day (sample)", {"before sampling": before, "after sampling": after or {}}))
@@ -175,7 +179,7 @@ def _balance_section(day: dict[str, Any]) -> str:
                         "train (window)",
                         {
                             "sampled": steps["sample"],
-                            "balanced": steps["balance"],
+                            **({} if continuous else {"balanced": steps["balance"]}),
                             "augmented": steps["augment"],
                         },
                     )
@@ -197,16 +201,17 @@ def _balance_section(day: dict[str, Any]) -> str:
                 )
             ax.set_xticks([j + width * (len(steps) - 1) / 2 for j in range(len(classes))], classes)
             ax.set_title(title, fontsize="medium")
-            ax.set_xlabel("class")
+            ax.set_xlabel(unit)
             ax.legend(fontsize="x-small")
         axes[0].set_ylabel("rows")
 
-    body.append(_img(draw, "class counts before and after sampling per split", (3.2 * len(panels), 3.2)))
+    body.append(_img(draw, f"{unit} counts before and after sampling per split", (3.2 * len(panels), 3.2)))
     rows = [["the day", "before sampling", before], ["the day", "after sampling", after]] if before else []
     if b:
         rows.append(["window", "before sampling", b["before_sampling"]])
         for split, steps in b["splits"].items():
-            for step in ("sample", "balance", "augment") if split == "train" else ("augment",):
+            train_steps = ("sample", "augment") if continuous else ("sample", "balance", "augment")
+            for step in train_steps if split == "train" else ("augment",):
                 rows.append(
                     [
                         split,
@@ -216,14 +221,22 @@ def _balance_section(day: dict[str, Any]) -> str:
                         steps[step],
                     ]
                 )
-        body.append(
-            f"<p>Train only: {_e(b['strategy'])} (target ratio {_e(b['target_ratio'])}), augment "
-            f"{_e(b['augment'])} ({_e(b['synthetic'])} synthetic rows), class weights "
-            f"{_e(b['class_weights'])}; validation and test are never balanced or augmented.</p>"
-        )
+        if continuous:
+            words = summary.strata_words(day)
+            body.append(
+                f"<p>{_e(words[0].upper() + words[1:])}. "
+                f"Train only: augment {_e(b['augment'])} ({_e(b['synthetic'])} synthetic rows); never "
+                "balanced or weighted; validation and test are never augmented.</p>"
+            )
+        else:
+            body.append(
+                f"<p>Train only: {_e(b['strategy'])} (target ratio {_e(b['target_ratio'])}), augment "
+                f"{_e(b['augment'])} ({_e(b['synthetic'])} synthetic rows), class weights "
+                f"{_e(b['class_weights'])}; validation and test are never balanced or augmented.</p>"
+            )
     else:
         body.append(_missing("export_shards has not run yet: no per-split balance of the window."))
-    body.append(_table(["split", "step", "class counts"], rows))
+    body.append(_table(["split", "step", f"{unit} counts"], rows))
     return _section("class-balance", *body)
 
 
@@ -369,13 +382,8 @@ def _training_section(day: dict[str, Any]) -> str:
         return _section(
             "training", _missing("No model yet: the trainer has not written metrics.json for this day.")
         )
-    body = [
-        f"<p>Validation accuracy {_fmt(t['validation_accuracy'])}, balanced accuracy "
-        f"{_fmt(t.get('validation_balanced_accuracy'))}, AUC {_fmt(t['validation_auc'])} vs the "
-        f"majority-class baseline {_fmt(t['baseline_accuracy'])} (always class {_e(t['baseline_class'])}; "
-        f"balanced accuracy {_fmt(t.get('baseline_balanced_accuracy'))}, "
-        f"AUC {_fmt(t.get('baseline_auc'))}).</p>"
-    ]
+    line = summary.scores_line(t)
+    body = [f"<p>{_e(line[0].upper() + line[1:])}.</p>"]
     history = [h for h in t.get("history") or [] if h["train_loss"] is not None]
     if history:
 

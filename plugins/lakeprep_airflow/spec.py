@@ -983,15 +983,6 @@ def stage_params(
     Window stages also get `window`: which of the window's days were read and which were
     not (failed, missing, before the dataset's start), from `wait_for_window`.
     """
-    if stage in WINDOW_STAGES and labels.is_continuous(spec.data["label"]):
-        # The daily stages prepare a continuous label (the value as `target`, its bins as
-        # strata); the window's stages would treat the bins as classes and train a
-        # classifier of them, so they refuse instead (docs/SPEC.md, "Labels").
-        raise SpecError(
-            f"{spec.path}: label.type {labels.CONTINUOUS!r} is prepared by the daily stages "
-            f"{list(DAILY_STAGES)} only; stage {stage} has no transform of the target or "
-            "regression trainer yet, so it refuses rather than fit the label's bins as classes"
-        )
     if stage == "validate":
         return _validate_params(spec)
     if stage == "preprocess":

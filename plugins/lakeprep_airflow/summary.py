@@ -13,7 +13,10 @@ balance per split through sampling, train-only balancing and augmentation (the e
 `sampling.json`), drift per feature against the trailing window, the fitted transform
 (where it is, what it fitted on, what it left out), the window's days, the shards written,
 the trainer's metrics against the training split's majority-class baseline, and where
-the manifest and model are. Also writes the same summary as `summary.json` and
+the manifest and model are. A continuous label (`transform.json`'s `label.type`) is shown
+as what it is: its quantile bins are the strata of sampling (never balanced or weighted),
+the transform's standardisation of its value, and the trainer's MAE, RMSE and R²
+against predicting the train mean. Also writes the same summary as `summary.json` and
 `summary.md` under `<lake>/reports/<dataset>/dt=<date>/`, and `report.html`, the same
 data with plots (`lakeprep_airflow.report`; the pipeline's `write_report` task writes all
 three at the end of each run).
@@ -35,7 +38,7 @@ from typing import Any
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow.spec import REPORT_NAME, STAGES, lake_uri
-from lakeprep_contracts import layout
+from lakeprep_contracts import labels, layout
 
 REPORT_HTML = "report.html"  # beside summary.md; the Airflow UI's Report tab serves it
 
@@ -93,6 +96,8 @@ def collect(
         "class_counts_before_sampling": (reports["sample"] or {}).get("class_counts_before"),
         "class_counts_after_sampling": (reports["sample"] or {}).get("class_counts_after"),
         "class_balance": _balance_view(sampling),
+        # What the label is, as the window's fit recorded it (None before the fit).
+        "label": _label_view(transform),
         "drift": _drift_view(drift),
         "transform": (
             {
@@ -214,6 +219,33 @@ def _fitted_view(transform: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
+def _label_view(transform: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The label from transform.json: its classes (and names), or a continuous label's bins
+    and the standardisation of its value (lakeprep_contracts.labels)."""
+    if not transform:
+        return None
+    label = transform["label"]
+    fitted = labels.fitted_target(label)
+    if fitted is None:
+        return {
+            "column": label["column"],
+            "type": "classes",
+            "classes": label["classes"],
+            **({"names": label["names"]} if "names" in label else {}),
+        }
+    return {
+        "column": label["column"],
+        "type": labels.CONTINUOUS,
+        "bins": len(label["classes"]),
+        "target": {k: fitted[k] for k in ("rows", "mean", "std")},
+    }
+
+
+def is_continuous(day: dict[str, Any]) -> bool:
+    """Whether the day's label is a continuous one (its bins are strata, not classes)."""
+    return (day.get("label") or {}).get("type") == labels.CONTINUOUS
+
+
 def _balance_view(sampling: dict[str, Any] | None) -> dict[str, Any] | None:
     """Class counts per split after each step of the export (sampling.json), for the summary."""
     if not sampling:
@@ -253,14 +285,7 @@ def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | N
     base = metrics.get("baseline") or val.get("baseline") or {}
     evidence = (telemetry or {}).get("evidence") or {}
     return {
-        "validation_accuracy": val.get("accuracy"),
-        "validation_balanced_accuracy": val.get("balanced_accuracy"),
-        "validation_auc": val.get("auc"),
-        "baseline_accuracy": base.get("accuracy"),
-        "baseline_balanced_accuracy": base.get("balanced_accuracy"),
-        "baseline_auc": base.get("auc"),
-        "baseline_class": base.get("majority_class"),
-        "baseline_source": base.get("source"),
+        **_scores_view(val, base),
         "bottleneck": (telemetry or {}).get("classification"),
         # The numbers behind the class ("data wait 3%, all-reduce 0% ... under their thresholds").
         "bottleneck_reason": (telemetry or {}).get("reason"),
@@ -285,6 +310,57 @@ def _training_view(metrics: dict[str, Any] | None, telemetry: dict[str, Any] | N
         "device": metrics.get("device"),
         "world_size": metrics.get("world_size"),
     }
+
+
+def _scores_view(val: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """The validation scores and their baseline: a regression's MAE, RMSE and R² against
+    always predicting the train mean (`lakeprep_train.metrics.regression_metrics`), or a
+    classifier's accuracy, balanced accuracy and AUC against the majority class."""
+    if "rmse" in val:
+        return {
+            "kind": "regression",
+            **{f"validation_{k}": val.get(k) for k in ("mae", "rmse", "r2")},
+            **{f"baseline_{k}": base.get(k) for k in ("mae", "rmse", "r2")},
+            "baseline_mean": base.get("mean"),
+        }
+    return {
+        "kind": "classification",
+        "validation_accuracy": val.get("accuracy"),
+        "validation_balanced_accuracy": val.get("balanced_accuracy"),
+        "validation_auc": val.get("auc"),
+        "baseline_accuracy": base.get("accuracy"),
+        "baseline_balanced_accuracy": base.get("balanced_accuracy"),
+        "baseline_auc": base.get("auc"),
+        "baseline_class": base.get("majority_class"),
+        "baseline_source": base.get("source"),
+    }
+
+
+def scores_line(t: dict[str, Any]) -> str:
+    """The trainer's validation scores against their baseline, in words (summary.md, report.html)."""
+    if t.get("kind") == "regression":
+        return (
+            f"validation MAE {_fmt(t['validation_mae'])}, RMSE {_fmt(t['validation_rmse'])}, "
+            f"R² {_fmt(t['validation_r2'])} vs the train-mean baseline (always "
+            f"{_fmt(t['baseline_mean'])}: MAE {_fmt(t['baseline_mae'])}, RMSE {_fmt(t['baseline_rmse'])}, "
+            f"R² {_fmt(t['baseline_r2'])})"
+        )
+    source = "the training majority" if t.get("baseline_source") == "train" else "the split's majority"
+    return (
+        f"validation accuracy {_fmt(t['validation_accuracy'])}, balanced accuracy "
+        f"{_fmt(t.get('validation_balanced_accuracy'))}, AUC {_fmt(t['validation_auc'])} "
+        f"vs majority-class baseline {_fmt(t['baseline_accuracy'])} (always class {t['baseline_class']}, "
+        f"{source}; balanced accuracy {_fmt(t.get('baseline_balanced_accuracy'))}, "
+        f"AUC {_fmt(t.get('baseline_auc'))})"
+    )
+
+
+def strata_words(day: dict[str, Any]) -> str:
+    """What the label's counts are counts of: classes, or a continuous label's quantile bins."""
+    label = day.get("label") or {}
+    if is_continuous(day):
+        return f"label bins ({label['bins']} quantiles of {label['column']}: strata, not classes)"
+    return "class balance"
 
 
 def render(day: dict[str, Any]) -> str:
@@ -329,20 +405,30 @@ def render(day: dict[str, Any]) -> str:
                 if (n := cut["splits"].get(split))
             )
         )
+    continuous = is_continuous(day)
     if day["class_counts_before_sampling"]:
         lines.append(
-            f"class balance: before sampling {day['class_counts_before_sampling']}, "
+            f"{strata_words(day)}: before sampling {day['class_counts_before_sampling']}, "
             f"after {day['class_counts_after_sampling']}"
         )
     b = day.get("class_balance")
     if b:
-        lines.append(
-            f"class balance of the window (sampling.json): before sampling {b['before_sampling']}; "
-            f"train only: {b['strategy']} (target ratio {b['target_ratio']}), augment {b['augment']} "
-            f"({b['synthetic']} synthetic rows), class weights {b['class_weights']}"
-        )
+        if continuous:  # the spec refuses balancing a continuous label's bins: never balanced
+            lines.append(
+                f"{strata_words(day)} of the window (sampling.json): before sampling "
+                f"{b['before_sampling']}; train only: augment {b['augment']} ({b['synthetic']} "
+                "synthetic rows); never balanced or weighted"
+            )
+        else:
+            lines.append(
+                f"class balance of the window (sampling.json): before sampling {b['before_sampling']}; "
+                f"train only: {b['strategy']} (target ratio {b['target_ratio']}), augment {b['augment']} "
+                f"({b['synthetic']} synthetic rows), class weights {b['class_weights']}"
+            )
         for split, steps in b["splits"].items():
-            if split == "train":
+            if split == "train" and continuous:
+                lines.append(f"  train: sampled {steps['sample']} -> augmented {steps['augment']}")
+            elif split == "train":
                 lines.append(
                     f"  train: sampled {steps['sample']} -> balanced {steps['balance']} "
                     f"-> augmented {steps['augment']}"
@@ -372,6 +458,12 @@ def render(day: dict[str, Any]) -> str:
             lines.append("  left out: " + "; ".join(f"{x['name']} ({x['reason']})" for x in t["dropped"]))
         if t["constant_numerics"]:
             lines.append(f"  constant on the train split (centred, not scaled): {t['constant_numerics']}")
+        if continuous:
+            target = day["label"]["target"]
+            lines.append(
+                f"  label {day['label']['column']}: the trainer regresses (value - {target['mean']:.6g}) / "
+                f"{target['std']:.6g}, the train split's mean and standard deviation ({target['rows']} rows)"
+            )
     w = day["window"]
     if w:
         lines.append(
@@ -394,14 +486,7 @@ def render(day: dict[str, Any]) -> str:
         lines.append(f"{kind}, {day['source_partitions']} day(s): " + "; ".join(parts))
     t = day["training"]
     if t:
-        source = "the training majority" if t.get("baseline_source") == "train" else "the split's majority"
-        lines.append(
-            f"trainer: validation accuracy {_fmt(t['validation_accuracy'])}, balanced accuracy "
-            f"{_fmt(t.get('validation_balanced_accuracy'))}, AUC {_fmt(t['validation_auc'])} "
-            f"vs majority-class baseline {_fmt(t['baseline_accuracy'])} (always class {t['baseline_class']}, "
-            f"{source}; balanced accuracy {_fmt(t.get('baseline_balanced_accuracy'))}, "
-            f"AUC {_fmt(t.get('baseline_auc'))})"
-        )
+        lines.append(f"trainer: {scores_line(t)}")
         if t["bottleneck"]:
             lines.append(
                 f"  bottleneck: {t['bottleneck']}: {t['bottleneck_reason']}; "

@@ -9,7 +9,9 @@ import yaml
 
 from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, SpecError, load_spec, stage_params
 from lakeprep_contracts import labels
+from lakeprep_contracts.window_fit import FitParams
 from lakeprep_jobs import common
+from lakeprep_jobs.export_shards import ExportParams
 from lakeprep_jobs.preprocess import PreprocessParams
 from lakeprep_jobs.validate import ValidateParams
 
@@ -39,13 +41,17 @@ def test_each_stage_gets_the_label_as_a_number_or_its_bins():
     common.params_from(PreprocessParams, params["preprocess"])
 
 
-@pytest.mark.parametrize("stage", WINDOW_STAGES)
-def test_the_window_stages_refuse_a_continuous_label_rather_than_fit_its_bins_as_classes(stage):
+def test_the_window_stages_fit_the_target_and_export_the_bins_as_strata():
     spec = load_spec(DIABETES)
-    with pytest.raises(
-        SpecError, match=rf"label\.type 'continuous' is prepared by the daily stages .* stage {stage}"
-    ):
-        stage_params(spec, stage, lake_root="file:///l", ds="2024-01-03", run_id="r")
+    params = {
+        s: stage_params(spec, s, lake_root="file:///l", ds="2024-01-03", run_id="r") for s in WINDOW_STAGES
+    }
+    fit = common.params_from(FitParams, params["fit_transform"])
+    assert fit.label_type == "continuous" and fit.label_classes == [0, 1, 2, 3] and fit.label_names is None
+    # The contract serving replays reads the label as a number (validate's params).
+    assert params["fit_transform"]["contract"]["validate"]["label_type"] == "continuous"
+    export = common.params_from(ExportParams, params["export_shards"])
+    assert export.label_classes == [0, 1, 2, 3] and export.balance.strategy == "none"
 
 
 def test_bins_default_to_quartiles():

@@ -659,3 +659,84 @@ def test_the_reference_snapshots_each_day_joined_are_in_the_summary(lake):
         "reference tables joined: weather 2013-01-01 (file:///lake/reference/weather/dt=2013-01-01), "
         "planes (no snapshots) (file:///lake/reference/planes)"
     ) in summary.render(day)
+
+
+def write_regression_day(lake: Path) -> None:
+    """write_day with a continuous label: its transform's label.target, the export's bins
+    (never balanced), the trainer's MAE/RMSE/R² against the train mean."""
+    write_day(lake)
+    doc = _transform(pca=False)
+    doc["label"] = {
+        "column": "progression",
+        "output": "label",
+        "classes": [0, 1, 2, 3],
+        "type": "continuous",
+        "target": {"column": "target", "rows": 210, "mean": 151.25, "std": 77.5},
+    }
+    assert documents.problems("transform", doc) == []
+    _write(lake, "fit_transform", "transform.json", doc)
+    sampling = _sampling()
+    splits = {s: {"0": n, "1": n, "2": n, "3": n} for s, n in (("train", 50), ("validation", 8), ("test", 7))}
+    sampling["label"]["classes"] = [0, 1, 2, 3]
+    sampling["balance"]["strategy"] = "none"
+    sampling["class_weights"] = dict.fromkeys(splits["train"], 1.0)
+    sampling["synthetic"] = {s: dict.fromkeys(splits["train"], 0) for s in splits}
+    before = {"0": 66, "1": 66, "2": 66, "3": 66}
+    sampling["steps"] = [
+        {"step": "before_sampling", "class_counts": before, "splits": None, "days_reported": 3},
+        {"step": "sample", "class_counts": dict.fromkeys(before, 65), "splits": splits},
+        {"step": "balance", "class_counts": dict.fromkeys(before, 65), "splits": splits, "strategy": "none"},
+        {"step": "augment", "class_counts": dict.fromkeys(before, 65), "splits": splits, "method": "none"},
+    ]
+    assert documents.problems("sampling", sampling) == []
+    _write(lake, "export_shards", "sampling.json", sampling)
+    baseline = {"predict": "train mean", "mean": 151.25, "mae": 64.0, "rmse": 77.0, "r2": -0.01}
+    scores = {"loss": 0.55, "mae": 45.5, "rmse": 56.25, "r2": 0.47, "rows": 32, "baseline": baseline}
+    metrics = json.loads((lake / "models" / "flights" / f"dt={DS}" / "metrics.json").read_text())
+    metrics.update(validation=scores, test=scores, baseline={"split": "validation", **baseline})
+    _write(lake, "models", "metrics.json", metrics)
+
+
+def test_a_regression_day_shows_its_bins_as_strata_and_its_errors_against_the_train_mean(lake):
+    write_regression_day(lake)
+    day = summary.collect(f"file://{lake}", "flights", DS)
+    assert day["label"] == {
+        "column": "progression",
+        "type": "continuous",
+        "bins": 4,
+        "target": {"rows": 210, "mean": 151.25, "std": 77.5},
+    }
+    t = day["training"]
+    assert (t["kind"], t["validation_mae"], t["validation_r2"], t["baseline_mean"]) == (
+        "regression",
+        45.5,
+        0.47,
+        151.25,
+    )
+    assert "validation_accuracy" not in t
+    text = summary.render(day)
+    assert (
+        "trainer: validation MAE 45.500, RMSE 56.250, R² 0.470 vs the train-mean baseline "
+        "(always 151.250: MAE 64.000, RMSE 77.000, R² -0.010)"
+    ) in text
+    assert "accuracy" not in text and "majority" not in text and "class weights" not in text
+    bins = "label bins (4 quantiles of progression: strata, not classes)"
+    assert f"{bins}: before sampling {{'0': 80, '1': 28}}" in text
+    assert f"{bins} of the window (sampling.json): before sampling {{'0': 66" in text
+    assert "  train: sampled {'0': 50, '1': 50, '2': 50, '3': 50} -> augmented {'0': 50" in text
+    assert "label progression: the trainer regresses (value - 151.25) / 77.5" in text
+    sections = {k: " ".join(s["text"].split()) for k, s in sections_of(report.build_html(day)).items()}
+    assert "Validation MAE 45.500, RMSE 56.250, R² 0.470 vs the train-mean baseline" in sections["training"]
+    assert "accuracy" not in sections["training"]
+    balance = sections["class-balance"]
+    assert "label bin counts" in balance and "balanced" not in balance.replace("never balanced", "")
+
+
+def test_a_classification_day_keeps_its_classes_and_majority_baseline(lake):
+    write_day(lake)
+    day = summary.collect(f"file://{lake}", "flights", DS)
+    assert day["label"] == {"column": "delayed", "type": "classes", "classes": [0, 1]}
+    assert day["training"]["kind"] == "classification"
+    text = summary.render(day)
+    assert "class balance: before sampling {'0': 80, '1': 28}" in text
+    assert "trainer: validation accuracy 0.610, balanced accuracy 0.600, AUC 0.660 vs majority-class" in text

@@ -1,18 +1,25 @@
-"""A continuous label through the daily stages: diabetes progression, raw CSV to the day's shards.
+"""A continuous label end to end: diabetes progression, raw CSV to `predict`.
 
 The stages the fused DAG runs a day (`lakeprep_jobs.fused`), in one Spark session, over
 the three days of tests/data/pipelines/diabetes.yaml (`label: {column: progression,
 type: continuous, bins: 4}`): validate quarantines a progression that is not a number,
 preprocess writes the value as `target` and its quartile of the day as `label`, sample
-keeps exactly half of each quartile.
+keeps exactly half of each quartile. Then the window's stages in the worker
+(`WindowStageOperator`'s `_run_stage`): fit_transform standardises the target on the
+train split, export_shards names the days' files (the bins strata, the value the
+trainer's label); the reference trainer regresses it and `predict` prints values.
+tests/integration/test_diabetes.py runs it under Airflow.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import statistics
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -34,8 +41,10 @@ def _stage_argv(spec, stage: str, lake: str, day: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def diabetes_lake(local_spark, tmp_path_factory) -> tuple[Path, dict]:
-    """The lake after the three days' daily stages."""
+    """The lake after the three days' daily stages and the last day's window stages."""
     spark = local_spark.get()
+    from lakeprep_airflow.operators.window_stage import _run_stage
+    from lakeprep_airflow.worker_lake import WorkerLake
     from tests.data import diabetes
 
     root = tmp_path_factory.mktemp("diabetes-lake")
@@ -46,6 +55,13 @@ def diabetes_lake(local_spark, tmp_path_factory) -> tuple[Path, dict]:
     for day in diabetes.DAYS:
         plan = [{"stage": s, "argv": _stage_argv(spec, s, lake, day)} for s in spec_mod.DAILY_STAGES]
         reports[day] = fused.run_plan(spark, fused.parse_plan(json.dumps(plan)))
+    day = diabetes.DAYS[-1]
+    window = {"days": list(diabetes.DAYS), "complete": list(diabetes.DAYS), "failed": [], "missing": []}
+    window["before_start"] = []
+    for stage in spec_mod.WINDOW_STAGES:
+        inputs, output = spec_mod.stage_io(spec, stage, lake_root=lake, ds=day, window_days=diabetes.DAYS)
+        params = spec_mod.stage_params(spec, stage, lake_root=lake, ds=day, run_id="t", window=window)
+        reports[stage] = _run_stage(stage, WorkerLake(), inputs, output, params)
     return root, reports
 
 
@@ -100,3 +116,118 @@ def test_sampling_keeps_exactly_half_of_each_quartile_and_each_split_share(diabe
         for b, n in sample["class_counts_after"].items():
             cells = [sample["splits"][s][b] for s in ("train", "validation", "test")]
             assert sum(cells) == n and abs(cells[0] - 0.8 * n) < 1, (day, b, cells)
+
+
+def _partition(root: Path, stage: str, day: str) -> Path:
+    return root / stage / "diabetes" / f"dt={day}"
+
+
+def _sampled(root: Path) -> list[dict]:
+    """Every sampled row of the window: id, split, label (its bin) and target."""
+    from tests.data import diabetes
+
+    return [
+        row
+        for day in diabetes.DAYS
+        for row in pq.read_table(
+            _partition(root, "sample", day), columns=["id", "split", "label", "target"]
+        ).to_pylist()
+    ]
+
+
+def test_the_window_fit_standardises_the_target_by_the_train_rows_mean_and_std(diabetes_lake):
+    from tests.data import diabetes
+
+    root, reports = diabetes_lake
+    day = diabetes.DAYS[-1]
+    label = json.loads((_partition(root, "fit_transform", day) / "transform.json").read_text())["label"]
+    train = [r["target"] for r in _sampled(root) if r["split"] == "train"]
+    assert reports["fit_transform"]["fitted_on_rows"] == len(train)
+    target = label.pop("target")
+    assert label == {
+        "column": "progression",
+        "output": "label",
+        "classes": [0, 1, 2, 3],
+        "type": "continuous",
+    }
+    assert (target["column"], target["rows"]) == ("target", len(train))
+    # The exact mean of the train rows' values (correctly rounded), their sample deviation.
+    assert target["mean"] == float(sum(map(Fraction, train)) / len(train))
+    assert target["std"] == pytest.approx(statistics.stdev(train), rel=1e-12)
+
+
+def test_the_export_counts_bins_as_strata_and_the_loader_gives_each_rows_value(diabetes_lake):
+    from lakeprep_train.dataset import RankBatches
+    from lakeprep_train.manifest import load_manifest, with_transform_document
+    from tests.data import diabetes
+
+    root, _ = diabetes_lake
+    export = _partition(root, "export_shards", diabetes.DAYS[-1])
+    raw = json.loads((export / "manifest.json").read_text())
+    sampled = _sampled(root)
+    assert raw["label"]["classes"] == [0, 1, 2, 3]
+    for split, planned in raw["splits"].items():
+        rows = [r for r in sampled if r["split"] == split]
+        # Every sampled row of the split, counted per bin (the spec balances nothing).
+        assert planned["class_counts"] == {str(b): sum(r["label"] == b for r in rows) for b in range(4)}, (
+            split
+        )
+    assert raw["class_weights"] == dict.fromkeys(["0", "1", "2", "3"], 1.0)
+    manifest = with_transform_document(load_manifest(str(export / "manifest.json")))
+    target = {r["id"]: r["target"] for r in sampled}
+    for split in ("train", "validation", "test"):
+        batches = list(RankBatches(manifest, split, 0, world_size=1, shuffle=False, with_ids=True))
+        assert all(b.label.dtype.is_floating_point for b in batches), split
+        ids = np.concatenate([b.ids for b in batches])
+        values = np.concatenate([b.label.numpy() for b in batches])
+        assert len(ids) == manifest.split(split).plan.rows_per_rank, split
+        assert values.tolist() == [np.float32(target[i]) for i in ids], split
+
+
+def test_a_regression_trains_on_the_export_and_predict_prints_values_on_the_labels_scale(
+    diabetes_lake, tmp_path
+):
+    import torch
+
+    from lakeprep_train import predict, train
+    from lakeprep_train.evaluate import evaluate_split
+    from lakeprep_train.manifest import load_manifest, with_transform_document
+    from tests.data import diabetes
+
+    root, _ = diabetes_lake
+    day = diabetes.DAYS[-1]
+    manifest_path = _partition(root, "export_shards", day) / "manifest.json"
+    model = tmp_path / "model"
+    args = ["--manifest", str(manifest_path), "--output", str(model), "--epochs", "3", "--device", "cpu"]
+    assert train.main([*args, "--seed", "3"]) == 0
+    metrics = json.loads((model / "metrics.json").read_text())
+    for split in ("validation", "test"):
+        scores = metrics[split]
+        assert "accuracy" not in scores and {"mae", "rmse", "r2"} <= set(scores), split
+        assert scores["baseline"]["predict"] == "train mean", split
+
+    raw = _partition(root, "raw", day) / "part-00000.csv"
+    out = tmp_path / "predictions.jsonl"
+    assert predict.main(["--model", str(model), "--input", str(raw), "--output", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    values = _raw_targets(root, day)
+    assert len(rows) == len(values) == 148
+    assert all(isinstance(r["prediction"], float) and "probabilities" not in r for r in rows)
+    # The row's own value as its label, the one that is not a number scored without it.
+    assert {r["id"]: r.get("label") for r in rows} == {
+        k: None if v == NOT_A_NUMBER else float(v) for k, v in values.items()
+    }
+    assert [r["label_reason"] for r in rows if "label_reason" in r] == [
+        f"label progression is not a finite number: {NOT_A_NUMBER}"
+    ]
+    # What the trainer's evaluation gives the test split's rows, predict gives them from raw.
+    loaded = predict.load_model(str(model))
+    manifest = with_transform_document(load_manifest(str(manifest_path)))
+    evaluated = evaluate_split(loaded.model, manifest, "test", torch.device("cpu"), per_row=True)
+    by_id = {r["id"]: r["prediction"] for r in rows}
+    tested = [i for i in evaluated["outputs"] if i in by_id]
+    assert tested and len(tested) == len(
+        [r for r in _sampled(root) if r["split"] == "test" and r["id"] in by_id]
+    )
+    for i in tested:
+        assert by_id[i] == pytest.approx(evaluated["outputs"][i], rel=1e-5, abs=1e-4), i

@@ -21,10 +21,12 @@ import pytest
 import torch
 
 from lakeprep_train import predict, serving, train
+from lakeprep_train import transform as tf
 from lakeprep_train.evaluate import evaluate_split
-from lakeprep_train.manifest import load_manifest
+from lakeprep_train.manifest import load_manifest, with_transform_document
+from tests.training import prepared_export
 from tests.training.test_serving import HEADER, PLANES
-from tests.training.transform_doc import make_doc
+from tests.training.transform_doc import PREPROCESS, VALIDATE, make_doc
 
 SPLITS = {"train": 320, "validation": 64, "test": 64}
 
@@ -398,3 +400,244 @@ def test_training_without_a_transform_says_so_and_writes_none(trained, tmp_path,
     assert train.main(["--manifest", str(root / "manifest.json"), "--output", str(out), "--epochs", "1"]) == 0
     assert "has no transform: model folder will not hold transform.json" in caplog.text
     assert (out / "model.pt").exists() and not (out / "transform.json").exists()
+
+
+# ------------------------------------------------------------- a continuous label: regression
+
+BINS = 4
+
+
+def regression_doc() -> dict:
+    """The flights transform with `arr_delay` as a continuous label (lakeprep_contracts.labels):
+    validate reads it as a number, the transform's label.target standardises it."""
+    validate = {k: v for k, v in VALIDATE.items() if k != "label_classes"}
+    validate.update(label_column="arr_delay", label_type="continuous")
+    validate["derived"] = [d for d in VALIDATE["derived"] if d["name"] != "delayed"]  # no class label
+    doc = make_doc(
+        validate=validate, preprocess={**PREPROCESS, "label_column": "arr_delay", "label_bins": BINS}
+    )
+    doc["label"] = {
+        "column": "arr_delay",
+        "output": "label",
+        "classes": list(range(BINS)),
+        "type": "continuous",
+        "target": {"column": "target", "rows": 2, "mean": 0.0, "std": 1.0},  # fitted below
+    }
+    return doc
+
+
+def prepared_split(source: Path, doc: dict, planes: Path) -> pa.Table:
+    """A split's raw CSV as the sample stage writes it: the prepared columns the transform
+    reads (serving's contract, reference join and cleaning), `target` the label's value and
+    `label` its quartile bin."""
+    contract = serving.Contract.from_params(doc["contract"]["validate"])
+    checked = serving.check_contract(serving.read_records(str(source), contract), contract)
+    assert all(r is None for r in checked.reasons)
+    refs = doc["contract"]["preprocess"]["references"]
+    table = serving.join_references(checked.table, refs, {"planes": str(planes)}, contract.time_zone)
+    columns = {name: table.column(name) for name in table.column_names}
+    prepared = tf.prepare(columns, doc, zone=contract.time_zone)
+    values = tf.clean_numeric(table.column("arr_delay"))
+    ranks = np.argsort(np.argsort(values, kind="stable"), kind="stable")
+    return pa.table(
+        {
+            "id": tf.spark_string(table.column("flight_id")),
+            "label": pa.array(ranks * BINS // len(values), pa.int32()),
+            "target": pa.array(values),
+            **prepared,
+        }
+    )
+
+
+def write_regression_inputs(root: Path) -> tuple[Path, Path, dict[str, list[str]]]:
+    """Raw CSVs per split, their prepared shards, the transform with the train split's
+    target mean and std, and a "prepared" manifest over them."""
+    rng = np.random.default_rng(5)
+    doc = regression_doc()
+    planes = root / "planes.csv"
+    planes.write_text(PLANES)
+    raw: dict[str, list[str]] = {}
+    tables = {}
+    for split, n in SPLITS.items():
+        raw[split] = raw_rows(n, rng)
+        source = root / f"raw_{split}.csv"
+        source.write_text("\n".join([HEADER, *raw[split]]) + "\n")
+        tables[split] = prepared_split(source, doc, planes)
+    train_values = tables["train"].column("target").to_numpy()
+    doc["label"]["target"] |= {
+        "rows": len(train_values),
+        "mean": float(train_values.mean()),
+        "std": float(train_values.std(ddof=1)),
+    }
+    data = json.dumps(tf.check_document(doc), indent=2).encode()
+    (root / "transform.json").write_bytes(data)
+    splits = {}
+    for split, table in tables.items():
+        entry = prepared_export.write_file(table, root / "shards" / f"{split}-00000.parquet", 64)
+        bins = table.column("label").to_numpy()
+        n = table.num_rows
+        splits[split] = {
+            "rows": n,
+            "rows_available": n,
+            "class_counts": {str(b): int((bins == b).sum()) for b in range(BINS)},
+            "plan": {
+                "world_size": 1,
+                "batch_size": 32,
+                "rows_per_rank": n,
+                "steps_per_rank": math.ceil(n / 32),
+                "shards_per_rank": 1,
+                "remainder": "drop",
+            },
+            "shards": [{**entry, "rank": 0, "rows": n}],
+        }
+    features = [
+        {"name": s["output"], "role": "numeric", "dtype": "float32", "shape": []} for s in doc["numeric"]
+    ]
+    features += [
+        {
+            "name": s["output"],
+            "role": "categorical",
+            "dtype": "int32",
+            "shape": [],
+            "cardinality": s["cardinality"],
+        }
+        for s in doc["categorical"]
+    ]
+    features += [
+        {
+            "name": s["output"],
+            "role": "text",
+            "dtype": "int32",
+            "shape": [s["max_tokens"]],
+            "vocab_size": s["cardinality"],
+        }
+        for s in doc["text"]
+    ]
+    manifest = {
+        "format_version": 1,
+        "dataset": "toy_flights",
+        "logical_date": "2013-01-03",
+        "run_id": "manual__2013-01-03T00:00:00+00:00",
+        "config_hash": "0" * 64,
+        "source_partitions": [
+            {"uri": "file:///lake/sample/toy_flights/dt=2013-01-03", "rows": 448, "fingerprint": "f" * 64}
+        ],
+        "window": {
+            "days": ["2013-01-03"],
+            "complete": ["2013-01-03"],
+            "failed": [],
+            "missing": [],
+            "before_start": [],
+        },
+        "shard_columns": "prepared",
+        "transform": {"uri": "transform.json", "sha256": hashlib.sha256(data).hexdigest()},
+        "label": {"name": "label", "classes": list(range(BINS))},
+        "features": features,
+        "splits": splits,
+        "class_weights": {str(b): 1.0 for b in range(BINS)},
+    }
+    path = root / "manifest.json"
+    path.write_text(json.dumps(manifest, indent=2))
+    return path, planes, raw
+
+
+@pytest.fixture(scope="module")
+def regressed(tmp_path_factory):
+    """A regression of the delay, trained by train.py on prepared shards of raw rows."""
+    root = tmp_path_factory.mktemp("predict-regression")
+    manifest, planes, raw = write_regression_inputs(root)
+    out = root / "model"
+    torch.set_num_threads(1)
+    argv = ["--manifest", str(manifest), "--output", str(out), "--epochs", "5", "--lr", "1e-2"]
+    assert train.main([*argv, "--device", "cpu", "--seed", "3"]) == 0
+    return {"root": root, "manifest": manifest, "planes": planes, "raw": raw, "model": out}
+
+
+def test_predict_prints_a_regressions_values_as_the_trainer_evaluates_them(regressed, tmp_path, capsys):
+    manifest = with_transform_document(load_manifest(str(regressed["manifest"])))
+    loaded = predict.load_model(str(regressed["model"]))
+    assert loaded.target == json.loads((regressed["root"] / "transform.json").read_text())["label"]["target"]
+    evaluated = evaluate_split(loaded.model, manifest, "test", torch.device("cpu"), per_row=True)
+    source = tmp_path / "score.csv"
+    source.write_text("\n".join([HEADER, *regressed["raw"]["test"]]) + "\n")
+    output = tmp_path / "predictions.jsonl"
+    args = ["--model", str(regressed["model"]), "--input", str(source), "--output", str(output)]
+    assert predict.main([*args, "--reference", f"planes={regressed['planes']}"]) == 0
+    assert "accepted rows with a label: 64 of 64" in capsys.readouterr().err
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(rows) == SPLITS["test"] and {r["id"] for r in rows} == set(evaluated["outputs"])
+    for r in rows:
+        assert "probabilities" not in r and isinstance(r["prediction"], float)
+        # The value on the label's scale (the output * std + mean), the trainer's own.
+        assert r["prediction"] == pytest.approx(evaluated["outputs"][r["id"]], rel=1e-6, abs=1e-6)
+    delays = [float(row.split(",")[HEADER.split(",").index("arr_delay")]) for row in regressed["raw"]["test"]]
+    assert [r["label"] for r in rows] == delays
+    # The model beats predicting the train mean on these rows, as the trainer scored them.
+    errors = np.abs(np.array([r["prediction"] for r in rows]) - delays)
+    assert errors.mean() == pytest.approx(evaluated["mae"], rel=1e-6)
+    assert evaluated["mae"] < evaluated["baseline"]["mae"]
+
+
+def test_predict_scores_a_regression_row_whose_label_is_not_a_number_and_says_why(
+    regressed, tmp_path, capsys
+):
+    rows = [with_delay(regressed["raw"]["validation"][0], d) for d in ("12.5", "late", "", "Infinity")]
+    source = tmp_path / "score.csv"
+    source.write_text("\n".join([HEADER, *rows]) + "\n")
+    output = tmp_path / "predictions.parquet"
+    args = ["--model", str(regressed["model"]), "--input", str(source), "--output", str(output)]
+    assert predict.main([*args, "--reference", f"planes={regressed['planes']}"]) == 0
+    err = capsys.readouterr().err
+    assert f"{source}: rows read 4 = accepted 4 + rejected 0" in err
+    assert "accepted rows with a label: 1 of 4" in err
+    assert "scored without their label, by reason: {'bad double in arr_delay': 1, 'non-finite double" in err
+    table = pq.read_table(output)
+    assert table.column_names == ["row", "line", "id", "label", "label_reason", "prediction", "reason"]
+    assert table.schema.field("prediction").type == pa.float64() == table.schema.field("label").type
+    assert table.column("label").to_pylist() == [12.5, None, None, None]
+    assert table.column("label_reason").to_pylist() == [
+        None,
+        "bad double in arr_delay: late",
+        None,
+        "non-finite double in arr_delay: Infinity",
+    ]
+    predictions = table.column("prediction").to_pylist()  # one row, four labels: one value
+    assert predictions == pytest.approx([predictions[0]] * 4, abs=1e-6)
+
+
+def test_a_string_label_that_is_not_a_finite_number_is_named_as_validate_names_it(
+    regressed, tmp_path, capsys
+):
+    folder = tmp_path / "model"
+    shutil.copytree(regressed["model"], folder)
+    doc = json.loads((folder / "transform.json").read_text())
+    (column,) = [c for c in doc["contract"]["validate"]["columns"] if c["name"] == "arr_delay"]
+    column["type"] = "string"  # a feed that sends the label as text: validate's try_cast to double
+    (folder / "transform.json").write_text(json.dumps(doc))
+    rows = [with_delay(regressed["raw"]["validation"][0], d) for d in ("7", "late", "NaN")]
+    source = tmp_path / "score.csv"
+    source.write_text("\n".join([HEADER, *rows]) + "\n")
+    output = tmp_path / "predictions.jsonl"
+    args = ["--model", str(folder), "--input", str(source), "--output", str(output)]
+    assert predict.main([*args, "--reference", f"planes={regressed['planes']}"]) == 0
+    out = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r.get("label") for r in out] == [7.0, None, None]
+    assert [r.get("label_reason") for r in out] == [
+        None,
+        "label arr_delay is not a finite number: late",
+        "label arr_delay is not a finite number: NaN",
+    ]
+
+
+def test_a_transform_whose_target_differs_from_the_models_is_refused(regressed, tmp_path):
+    folder = tmp_path / "model"
+    shutil.copytree(regressed["model"], folder)
+    doc = json.loads((folder / "transform.json").read_text())
+    doc["label"]["target"]["mean"] += 1.0
+    (folder / "transform.json").write_text(json.dumps(doc))
+    with pytest.raises(predict.ModelFolderError, match=r"label 'arr_delay' is continuous: the transform"):
+        predict.load_model(str(folder))
+    doc["label"] = {"column": "arr_delay", "output": "label", "classes": doc["label"]["classes"]}
+    (folder / "transform.json").write_text(json.dumps(doc))
+    with pytest.raises(predict.ModelFolderError, match=r"the model regresses a continuous label"):
+        predict.load_model(str(folder))

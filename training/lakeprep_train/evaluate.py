@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -69,6 +70,13 @@ def class_probabilities(logits: torch.Tensor) -> np.ndarray:
     return torch.softmax(logits.double(), dim=1).numpy()
 
 
+def target_values(logits: torch.Tensor, target: Mapping[str, Any]) -> np.ndarray:
+    """A regression's ``[B]`` outputs as values on the label's scale (float64): the model
+    regresses ``(value - mean) / std`` (the transform's ``label.target``), so
+    ``output * std + mean``. ``lakeprep_train.predict`` uses this too."""
+    return logits.detach().double().cpu().numpy() * target["std"] + target["mean"]
+
+
 def read_padded(manifest: Manifest, split: str) -> Manifest:
     """``manifest`` with ``split`` planned as ``remainder: "pad"``: every row in some rank's chunk.
 
@@ -100,7 +108,8 @@ def evaluate_split(
     cross-entropy, comparable across runs whatever the class weights; ``rows`` counts
     each row id once (a split exported with ``remainder: "pad"`` repeats rows). With
     ``per_row``, ``outputs`` maps each row id to its class probabilities
-    (:func:`class_probabilities`): what ``predict`` must give for the same rows.
+    (:func:`class_probabilities`), or a regression's to its predicted value
+    (:func:`target_values`): what ``predict`` must give for the same rows.
 
     :raises ValueError: on every rank alike, before any collective, when the split has no rows.
     """
@@ -138,8 +147,13 @@ def evaluate_split(
         logits, labels, ids = logits[torch.from_numpy(keep)], labels[torch.from_numpy(keep)], ids[keep]
     result = split_metrics(logits, labels.numpy(), manifest)
     if per_row:
-        probabilities = class_probabilities(logits)
-        result["outputs"] = {str(i): p.tolist() for i, p in zip(ids, probabilities, strict=True)}
+        target = fitted_target(manifest)
+        if target is not None:
+            values = target_values(logits, target)
+            result["outputs"] = {str(i): float(v) for i, v in zip(ids, values, strict=True)}
+        else:
+            probabilities = class_probabilities(logits)
+            result["outputs"] = {str(i): p.tolist() for i, p in zip(ids, probabilities, strict=True)}
     return result
 
 
@@ -216,7 +230,7 @@ def split_metrics(logits: torch.Tensor, labels: np.ndarray, manifest: Manifest) 
         standardised = torch.from_numpy((values - mean) / std).float()
         return {
             "loss": float(F.mse_loss(logits, standardised)),
-            **regression_metrics(logits.double().numpy() * std + mean, values, mean),
+            **regression_metrics(target_values(logits, fitted), values, mean),
             "rows": int(len(labels)),
         }
     target = torch.from_numpy(labels)

@@ -11,10 +11,15 @@ output has one row per input row, in input order: ``id``, ``prediction`` (a clas
 ``label.classes``) and ``probabilities`` (class -> probability) for an accepted row,
 ``reason`` for a rejected one. Named classes (the transform's ``label.names``) are
 printed by name: ``"prediction": "Gentoo"``, ``"probabilities": {"Adelie": ...}``,
-``"label": "Gentoo"``. The label is optional: an accepted row has ``label``
-when its label is present and one of ``label.classes`` (compare it with
+``"label": "Gentoo"``. A continuous label (the transform's ``label.type``) is a
+regression: ``prediction`` is a number on the label's scale, the model's output times
+the transform's ``label.target.std`` plus its ``mean`` (the model regresses the
+standardised value), ``label`` the row's value, and there are no probabilities. The
+label is optional: an accepted row has ``label`` when its label is present and one of
+``label.classes`` (a finite number, for a continuous label; compare it with
 ``prediction`` for metrics); a blank or null label is no label; a present label that is
-not a class (or does not parse) is scored without it, and ``label_reason`` says why.
+not a class (or not a number, or does not parse) is scored without it, and
+``label_reason`` says why.
 The counts go to stderr: rows read = accepted + rejected, and which snapshot of each
 reference was joined: a reference folder of dated snapshots (``dt=YYYY-MM-DD/``) gives
 its newest complete one, or with ``--reference-date`` the one preprocess joined for that
@@ -37,11 +42,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from lakeprep_contracts.labels import class_text, is_integer
+from lakeprep_contracts.labels import class_text, fitted_target, is_integer
 from lakeprep_train import serving, storage
 from lakeprep_train import transform as tf
 from lakeprep_train.dataset import ID_DTYPE, NUMERIC_DTYPE
-from lakeprep_train.evaluate import class_probabilities
+from lakeprep_train.evaluate import class_probabilities, target_values
 from lakeprep_train.manifest import Feature
 from lakeprep_train.model import TabularMLP
 
@@ -60,6 +65,9 @@ class LoadedModel:
     classes: tuple[int, ...]
     transform: dict[str, Any]
     folder: str
+    # A continuous label's standardisation (the transform's `label.target`: mean, std), or
+    # None for classes: the model's output is then (value - mean) / std.
+    target: Mapping[str, Any] | None = None
 
     @property
     def names(self) -> tuple[Any, ...]:
@@ -116,13 +124,27 @@ def load_model(folder: str) -> LoadedModel:
             )
     if list(classes) != list(doc["label"]["classes"]):
         problems.append(f"label classes: model {list(classes)}, transform {doc['label']['classes']}")
+    target = fitted_target(doc["label"])
+    trained = checkpoint["label"].get("target")
+    if target is not None and trained != target:
+        problems.append(
+            f"label {doc['label']['column']!r} is continuous: the transform standardises it by "
+            f"{dict(target)}, the model was trained on {trained if trained is None else dict(trained)}"
+        )
+    elif target is None and trained is not None:
+        problems.append(
+            f"the model regresses a continuous label (trained on {dict(trained)}), the transform's "
+            f"label {doc['label']['column']!r} has classes {doc['label']['classes']}"
+        )
     if problems:
         listed = "\n".join(f"  - {p}" for p in problems)
         raise ModelFolderError(f"{folder}: {MODEL_FILE} and {TRANSFORM_FILE} do not fit together:\n{listed}")
-    model = TabularMLP(features, len(classes), hidden=tuple(checkpoint["hidden"]))
+    model = TabularMLP(
+        features, len(classes), hidden=tuple(checkpoint["hidden"]), regression=target is not None
+    )
     model.load_state_dict(checkpoint["state_dict"])
     model.eval()
-    return LoadedModel(model, features, classes, doc, folder)
+    return LoadedModel(model, features, classes, doc, folder, target)
 
 
 def feature_tensors(
@@ -152,16 +174,21 @@ def feature_tensors(
 
 
 def score(loaded: LoadedModel, encoded: Mapping[str, np.ndarray], *, batch_size: int = 4096) -> np.ndarray:
-    """Class probabilities ``[n, n_classes]`` (label.classes order) of encoded rows."""
+    """Class probabilities ``[n, n_classes]`` (label.classes order) of encoded rows; for a
+    regression, the predicted values ``[n]`` on the label's scale (output * std + mean)."""
     numeric, categorical, text = feature_tensors(encoded, loaded.features)
     parts = []
     with torch.no_grad():
         for start in range(0, numeric.shape[0], batch_size):
             end = start + batch_size
             logits = loaded.model(numeric[start:end], categorical[start:end], text[start:end])
-            parts.append(class_probabilities(logits))
+            if loaded.target is not None:
+                parts.append(target_values(logits, loaded.target))
+            else:
+                parts.append(class_probabilities(logits))
     if not parts:
-        return np.zeros((0, len(loaded.classes)), dtype=np.float64)
+        shape = (0,) if loaded.target is not None else (0, len(loaded.classes))
+        return np.zeros(shape, dtype=np.float64)
     return np.concatenate(parts)
 
 
@@ -174,7 +201,7 @@ def predict_rows(
 ) -> tuple[list[dict[str, Any]], serving.Served]:
     """One output row per input row, in input order (see the module docstring)."""
     served = serving.serve(source, loaded.transform, references=references, reference_date=reference_date)
-    probabilities = score(loaded, served.features)
+    scores = score(loaded, served.features)
     names = list(loaded.names)
     # The prepared label is the class (integer classes) or its id (named): its index here.
     index = {int(c): k for k, c in enumerate(loaded.classes)}
@@ -183,16 +210,19 @@ def predict_rows(
     labels = served.labels
     unused = {u["row"]: u["reason"] for u in served.unused_labels}
     for k, position in enumerate(served.accepted):
-        p = probabilities[k]
         row: dict[str, Any] = {
             "row": int(position),
             "line": int(served.lines[position]),
             "id": None if ids is None else ids[k],
-            "prediction": names[int(np.argmax(p))],
-            "probabilities": {class_text(c): float(v) for c, v in zip(names, p, strict=True)},
         }
+        if loaded.target is not None:  # a regression: the value, on the label's scale
+            row["prediction"] = float(scores[k])
+        else:
+            p = scores[k]
+            row["prediction"] = names[int(np.argmax(p))]
+            row["probabilities"] = {class_text(c): float(v) for c, v in zip(names, p, strict=True)}
         if labels is not None and not np.isnan(labels[k]):
-            row["label"] = names[index[int(labels[k])]]
+            row["label"] = float(labels[k]) if loaded.target is not None else names[index[int(labels[k])]]
         if int(position) in unused:
             row["label_reason"] = unused[int(position)]
         rows[position] = row
@@ -201,11 +231,14 @@ def predict_rows(
     return [r for r in rows if r is not None], served
 
 
-def write_predictions(rows: Sequence[Mapping[str, Any]], classes: Sequence[Any], output: str | None) -> None:
+def write_predictions(
+    rows: Sequence[Mapping[str, Any]], classes: Sequence[Any] | None, output: str | None
+) -> None:
     """JSON lines (``.jsonl``, or stdout when ``output`` is None) or Parquet (``.parquet``).
 
-    Parquet flattens probabilities into ``probability__<class>`` columns. Written to
-    ``<output>.partial`` and renamed, so a reader never sees half a file.
+    Parquet flattens probabilities into ``probability__<class>`` columns; ``classes`` None
+    is a regression's output: ``prediction`` and ``label`` are doubles, no probabilities.
+    Written to ``<output>.partial`` and renamed, so a reader never sees half a file.
     """
     if output is None:
         for row in rows:
@@ -222,12 +255,16 @@ def write_predictions(rows: Sequence[Mapping[str, Any]], classes: Sequence[Any],
             "prediction": [r.get("prediction") for r in rows],
             **{
                 f"probability__{class_text(c)}": [r.get("probabilities", {}).get(class_text(c)) for r in rows]
-                for c in classes
+                for c in classes or ()
             },
             "reason": [r.get("reason") for r in rows],
         }
-        # A class column has the classes' type: int32, or what Arrow makes of named classes.
-        kind = pa.int32() if is_integer(classes) else pa.array(list(classes)).type
+        # A class column has the classes' type: int32, or what Arrow makes of named classes;
+        # a regression's value is a double.
+        if classes is None:
+            kind = pa.float64()
+        else:
+            kind = pa.int32() if is_integer(classes) else pa.array(list(classes)).type
         types = {"row": pa.int64(), "line": pa.int64(), "id": pa.string(), "label": kind}
         types["label_reason"] = pa.string()
         types.update({"prediction": kind, "reason": pa.string()})
@@ -284,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows, served = predict_rows(
             loaded, args.input, references=references, reference_date=args.reference_date
         )
-        write_predictions(rows, loaded.names, args.output)
+        write_predictions(rows, None if loaded.target is not None else loaded.names, args.output)
     except (argparse.ArgumentTypeError, ValueError, OSError) as err:
         print(f"predict failed: {err}", file=sys.stderr)
         return 2

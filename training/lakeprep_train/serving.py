@@ -66,23 +66,35 @@ class Contract:
     derived: tuple[dict[str, Any], ...]
     id_column: str
     label_column: str
-    label_classes: tuple[Any, ...]  # integers, or named classes (lakeprep_contracts.labels)
+    # Integers, or named classes (lakeprep_contracts.labels); none for a continuous label.
+    label_classes: tuple[Any, ...]
     format: str = "csv"
     options: dict[str, str] = field(default_factory=dict)
     null_tokens: tuple[str, ...] = ()
     time_zone: str = "UTC"
     text_column: str | None = None
     text_per: str = "line"
+    # `continuous`: the label is a number (validate's `label_type`), else classes.
+    label_type: str = "classes"
+
+    @property
+    def continuous(self) -> bool:
+        return self.label_type == label_classes.CONTINUOUS
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], where: str = "contract.validate") -> Contract:
+        label_type = params.get("label_type", "classes")
         try:
             contract = cls(
                 columns=tuple(params["columns"]),
                 derived=tuple(params.get("derived", ())),
                 id_column=params["id_column"],
                 label_column=params["label_column"],
-                label_classes=tuple(params["label_classes"]),
+                # A continuous label has no classes (validate's params give `label_type`).
+                label_classes=()
+                if label_type == label_classes.CONTINUOUS
+                else tuple(params["label_classes"]),
+                label_type=label_type,
                 format=params.get("format", "csv"),
                 options={k: str(v) for k, v in params.get("options", {}).items()},
                 null_tokens=tuple(params.get("null_tokens") or ()),
@@ -463,7 +475,8 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
 
     The label is optional at serving, so it never rejects a row: a null label (blank,
     a null token, or derived from a null) is no label, and a present label that cannot
-    be used (``label <label> not in <classes>: <value>``, or, for a label that is a
+    be used (``label <label> not in <classes>: <value>``, for a continuous label
+    ``label <label> is not a finite number: <value>``, or, for a label that is a
     contract column, its own ``bad``/``non-finite``/``invalid UTF-8`` reason) goes to
     ``label_reasons`` and the label is nulled; the row is scored either way. Columns a
     derived label reads keep their own checks. The label is looked at only if the
@@ -539,14 +552,19 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
         index = table.column_names.index(label)
         labels = table.column(index)
         classes = list(contract.label_classes)
-        if label_classes.is_integer(classes):
+        wrong = f"label {label} not in {classes}: "
+        if contract.continuous:
+            # As validate reads it: try_cast to double, and a value that is not finite is no number.
+            wrong = f"label {label} is not a finite number: "
+            unknown = _mask(pc.is_valid(labels)) & ~np.isfinite(tf.clean_numeric(labels))
+        elif label_classes.is_integer(classes):
             numeric = tf.clean_numeric(labels)
             unknown = ~np.isin(numeric, np.asarray(classes, dtype=np.float64)) & ~np.isnan(numeric)
         else:
             unknown = _mask(pc.is_valid(labels)) & np.isnan(label_ids(labels, contract))
         if unknown.any():
             rendered = tf.spark_string(labels, zone=contract.time_zone)
-            _first(label_reasons, unknown, _prefixed(f"label {label} not in {classes}: ", rendered))
+            _first(label_reasons, unknown, _prefixed(wrong, rendered))
         usable = pa.array(np.equal(label_reasons, None))
         table = table.set_column(index, label, pc.if_else(usable, labels, pa.nulls(n, labels.type)))
     return Checked(table, reasons, labelled, missing, label_reasons)
@@ -555,8 +573,9 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
 def label_ids(values: pa.Array | pa.ChunkedArray, contract: Contract) -> np.ndarray:
     """Labels as the prepared rows hold them (float64, NaN: no label or not a class): an
     integer label as it is, a named class as its id, by its text as Spark casts it
-    (lakeprep_contracts.labels, as preprocess maps it)."""
-    if label_classes.is_integer(contract.label_classes):
+    (lakeprep_contracts.labels, as preprocess maps it), a continuous label's value (the
+    prepared rows' `target`)."""
+    if contract.continuous or label_classes.is_integer(contract.label_classes):
         return tf.clean_numeric(values)
     ids = label_classes.ids_by_text(contract.label_classes)
     texts = tf.spark_string(values, zone=contract.time_zone).to_pylist()
