@@ -163,8 +163,10 @@ def _prepared_column(rng: np.random.Generator, role: str, spec: Mapping[str, Any
 
 def _input_specs(doc: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
     """Each input column of the transform: (its role, its spec), PCA inputs as numerics."""
+    from lakeprep_contracts.records import FEATURE_ROLES
+
     specs: dict[str, tuple[str, Mapping[str, Any]]] = {}
-    for role in ("numeric", "categorical", "text"):
+    for role in FEATURE_ROLES:
         for spec in doc[role]:
             inputs = doc["pca"]["inputs"] if "pca_component" in spec else [spec]
             for s in inputs:

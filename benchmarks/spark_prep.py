@@ -199,10 +199,10 @@ def _with_application(stage_cmd: list[str], script: Path, args: list[str], name:
 
 def floor_command(lake_root: str, ds: str, output: str) -> list[str]:
     from lakeprep_airflow.spec import expand, load_spec
-    from lakeprep_jobs.validate import CSV_DEFAULTS
+    from lakeprep_contracts.records import csv_options
 
     spec = load_spec(FLIGHTS_SPEC)
-    options = {**CSV_DEFAULTS, **spec.source.get("options", {})}
+    options = csv_options(spec.source.get("options", {}))
     raw = expand(spec.source["uri"], lake_root=lake_root, ds=ds)
     validate_cmd, _ = stage_command("validate", lake_root, ds)
     args = ["--input", raw, "--output", output, "--options", json.dumps(options, sort_keys=True)]

@@ -44,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
+from lakeprep_contracts.records import FEATURE_ROLES
 from lakeprep_contracts.text import SUBWORD
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ HASH_SEED = 42
 MISSING_ID = 0
 UNSEEN_ID = 1
 PADDING_ID = 0
-ROLES = ("numeric", "categorical", "text")
+ROLES = FEATURE_ROLES  # the document's sections, in order
 
 _UINT64 = 1 << 64
 _INT64_MAX = (1 << 63) - 1

@@ -16,8 +16,9 @@ again), naming the reference, the day and the first snapshot. The snapshot chose
 be complete (`_SUCCESS`): an incomplete one is not passed over for an older one, which
 a rerun after it completes would not reproduce.
 
-Categorical values and string join keys are compared trimmed of `WHITESPACE` at both
-ends, in preprocess (Spark's `btrim`) and serving (Arrow's `utf8_trim`) alike.
+Categorical values and string join keys are compared trimmed of
+`lakeprep_contracts.records.WHITESPACE` at both ends, in preprocess (Spark's `btrim`) and
+serving (Arrow's `utf8_trim`) alike.
 """
 
 from __future__ import annotations
@@ -26,10 +27,6 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 
 SNAPSHOT_PREFIX = "dt="
-# ASCII whitespace: space, tab, line feed, carriage return, form feed, vertical tab: the
-# characters validate judges a blank value by. A no-break space or another Unicode space
-# is kept: it is part of the value (Spark's own casts keep it too).
-WHITESPACE = " \t\n\r\f\v"
 
 
 class SnapshotError(ValueError):

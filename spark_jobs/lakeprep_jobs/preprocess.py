@@ -11,7 +11,7 @@ rely on: `id` (string), `label` (int: the class, or a named class's id in `label
 order, or a continuous label's quantile bin of the day with its value as `target` (double),
 lakeprep_contracts.labels), then every feature under its spec name:
 numerics as double (NaN becomes null), categoricals as strings with surrounding ASCII
-whitespace trimmed (space, tab, LF, CR, FF, VT: `lakeprep_contracts.references.WHITESPACE`;
+whitespace trimmed (space, tab, LF, CR, FF, VT: `lakeprep_contracts.records.WHITESPACE`;
 empty becomes null, so `" B6 "`, `"\tB6\n"` and `"B6"` are one category), text as
 `array<string>` tokens (Spark ML `RegexTokenizer`, lakeprep_contracts.text).
 
@@ -44,7 +44,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import labels, layout, references
+from lakeprep_contracts import labels, layout, records, references
 from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
 
 REASON = "_reason"
 WEIGHT = "_rows"  # reference_weights: the day's rows that a reference row stands for
-EXACT_DUPLICATE = "exact duplicate"
-CONFLICTING_DUPLICATE = "conflicting duplicate id"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,13 +154,13 @@ def _key_names(ref: dict[str, Any]) -> list[str]:
 
 
 def join_key(column: Column, kind: str) -> Column:
-    """A join key as it is compared: a string trimmed of `references.WHITESPACE` at both ends
+    """A join key as it is compared: a string trimmed of `records.WHITESPACE` at both ends
     and empty as null, as a categorical is cleaned; any other type as it is."""
     from pyspark.sql import functions as F
 
     if kind != "string":
         return column
-    return F.nullif(F.btrim(column, F.lit(references.WHITESPACE)), F.lit(""))
+    return F.nullif(F.btrim(column, F.lit(records.WHITESPACE)), F.lit(""))
 
 
 def reference_rows(
@@ -344,8 +342,8 @@ def flag_duplicates(df: DataFrame, id_column: str, kept: DataFrame | None) -> Da
     key, kept_key = _row_key(df.columns), F.col("_keep")
     reason = (
         F.when(kept_key.isNull() | (key == kept_key), F.lit(None).cast("string"))
-        .when(key["hash"] == kept_key["hash"], F.lit(EXACT_DUPLICATE))
-        .otherwise(F.lit(CONFLICTING_DUPLICATE))
+        .when(key["hash"] == kept_key["hash"], F.lit(records.EXACT_DUPLICATE))
+        .otherwise(F.lit(records.CONFLICTING_DUPLICATE))
     )
     return joined.select(*[F.col(f"`{c}`") for c in df.columns], reason.alias(REASON))
 
@@ -442,7 +440,7 @@ def report_counts(p: PreprocessParams) -> list[Column]:
     ]
     aggs += [
         F.count(F.when(F.col(REASON) == r, 1)).alias(f"reason__{r}")
-        for r in (EXACT_DUPLICATE, CONFLICTING_DUPLICATE)
+        for r in (records.EXACT_DUPLICATE, records.CONFLICTING_DUPLICATE)
     ]
     return aggs
 
@@ -485,7 +483,9 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
     with common.PartitionCommit(spark, output) as staging:
         common.write_parquet(clean_features(joined, p), staging)
         counts = observed.get
-        reasons = {r: int(counts[f"reason__{r}"]) for r in (EXACT_DUPLICATE, CONFLICTING_DUPLICATE)}
+        reasons = {
+            r: int(counts[f"reason__{r}"]) for r in (records.EXACT_DUPLICATE, records.CONFLICTING_DUPLICATE)
+        }
         reasons = {r: n for r, n in reasons.items() if n}
         rows_out = int(counts["rows"])
         quarantined = sum(reasons.values())

@@ -46,13 +46,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from lakeprep_contracts.records import FEATURE_ROLES
 from lakeprep_contracts.text import TOKENIZER
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 FORMAT_VERSION = 1
-KINDS = ("numeric", "categorical", "text")
 PROBABILITIES = (0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 TOP_K = 50
 # percentile_approx's default accuracy: relative rank error 1/10000.
@@ -167,7 +167,9 @@ def _scalar_plan(kinds: dict[str, str], weighted: bool) -> tuple[list[Column], l
                 F.sum(length * w).alias(f"{key}__length_sum"),
             ]
         else:
-            raise ValueError(f"column {name!r} has statistics kind {kind!r}; expected one of {list(KINDS)}")
+            raise ValueError(
+                f"column {name!r} has statistics kind {kind!r}; expected one of {list(FEATURE_ROLES)}"
+            )
     return helpers, aggs
 
 

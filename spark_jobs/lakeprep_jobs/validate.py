@@ -6,24 +6,19 @@
 
 Raw data is read as it really arrives: every value as a string (Spark's PERMISSIVE mode
 with a corrupt-record column, so one bad line never fails a day), CSV as RFC 4180 with
-quoted newlines, commas and doubled quotes (`multiLine`, `escape='"'`), a BOM, CRLF,
+quoted newlines, commas and doubled quotes (`records.CSV_DEFAULTS`), a BOM, CRLF,
 `.gz`/`.bz2` parts (Hadoop picks the codec by extension), headers matched by name per
 file (`raw_name` when the file's header differs from the contract name; two headers a
 contract column would read but for case or surrounding whitespace refuse the file),
 null tokens (`NA`, `-`) and blanks as nulls. `format: text` reads unstructured text into
 one contract column (a record per line, or per file).
 
-Each row then gets at most one reason, the first that applies, in this order (the
-serving side mirrors these strings):
-
-    malformed record
-    per contract column, in contract order:
-        invalid UTF-8 in <col>                     (the decoded value holds U+FFFD)
-        bad <type> in <col>: <raw value, first 64 characters>
-        non-finite double in <col>: <raw value>    (NaN, Infinity, -Infinity, inf, ...)
-    per non-nullable column, in contract order: null in <col>
-    null id (<id>), null label (<label>), label <label> not in [0, 1]: <value>
-    (a continuous label: label <label> is not a finite number: <value>)
+Each row then gets at most one reason, the first that applies, in the order and words of
+`lakeprep_contracts.records` (serving gives the same reasons to the same rows): a
+malformed record; per contract column invalid UTF-8, a bad value of its type, a
+non-finite double (NaN, Infinity, -Infinity, inf, ...); a null in a non-nullable column;
+a null id or label; a label that is not one of the classes (or, continuous, not a finite
+number).
 
 Named classes (`["Adelie", "Chinstrap"]`, lakeprep_contracts.labels) compare with the
 label's text (Spark's cast to string), exactly; the partition keeps the label as typed.
@@ -53,7 +48,7 @@ import zoneinfo
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import labels, layout
+from lakeprep_contracts import labels, layout, records
 from lakeprep_jobs import common, stats
 
 if TYPE_CHECKING:
@@ -67,28 +62,8 @@ CHECKED_SUFFIX = "-checked"
 SOURCE_FILE = layout.SOURCE_FILE
 RAW = "_raw"
 
-FORMATS = ("csv", "json", "parquet", "text")
-TEXT_PER = ("line", "file")
-SPARK_TYPES = {
-    "string": "string",
-    "int": "int",
-    "long": "bigint",
-    "double": "double",
-    "boolean": "boolean",
-    "date": "date",
-    "timestamp": "timestamp",
-}
-# RFC 4180 as exporters write it. multiLine keeps a quoted newline inside its record (the
-# default line-by-line reader would split it into two malformed rows) at the price of
-# one task per file (Spark cannot split such a file); escape='"' reads a doubled quote
-# as one quote. A spec's `options` override these (e.g. multiLine "false" for huge feeds
-# known to hold no quoted newlines).
-CSV_DEFAULTS = {"header": "true", "multiLine": "true", "escape": '"'}
 # validate decides how bad records are kept; DROPMALFORMED would lose rows silently.
 RESERVED_OPTIONS = ("mode", "columnNameOfCorruptRecord")
-# "Blank" and null tokens are judged after stripping these from both ends.
-WHITESPACE = " \t\n\r\f\v"
-REPLACEMENT_CHARACTER = "\ufffd"
 SESSION_TIME_ZONE = "spark.sql.session.timeZone"
 CASE_SENSITIVE = "spark.sql.caseSensitive"
 
@@ -118,13 +93,13 @@ class ValidateParams:
                 f"label_type {self.label_type!r} with label_classes {self.label_classes!r}: "
                 f"give label_classes for classes, or label_type {labels.CONTINUOUS!r} without them"
             )
-        if self.format not in FORMATS:
-            raise ValueError(f"format {self.format!r} must be one of {list(FORMATS)}")
+        if self.format not in records.FORMATS:
+            raise ValueError(f"format {self.format!r} must be one of {list(records.FORMATS)}")
         for col in self.columns:
-            if col.get("type") not in SPARK_TYPES:
+            if col.get("type") not in records.SQL_TYPES:
                 raise ValueError(
                     f"column {col.get('name')!r} has type {col.get('type')!r}; "
-                    f"expected one of {sorted(SPARK_TYPES)}"
+                    f"expected one of {sorted(records.SQL_TYPES)}"
                 )
         reserved = [k for k in self.options if k.lower() in {r.lower() for r in RESERVED_OPTIONS}]
         if reserved:
@@ -136,18 +111,18 @@ class ValidateParams:
                     f"format 'text' reads one column: text_column {self.text_column!r} must be the "
                     f"only contract column, found {names}"
                 )
-        if self.text_per not in TEXT_PER:
-            raise ValueError(f"text_per {self.text_per!r} must be one of {list(TEXT_PER)}")
+        if self.text_per not in records.TEXT_PER:
+            raise ValueError(f"text_per {self.text_per!r} must be one of {list(records.TEXT_PER)}")
         try:
             zoneinfo.ZoneInfo(self.time_zone)
         except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
             raise ValueError(f"time_zone {self.time_zone!r} is not an IANA time zone (e.g. 'UTC')") from err
         known = {c["name"] for c in [*self.columns, *self.derived]}
         for name, kind in self.stats_kinds.items():
-            if name not in known or kind not in stats.KINDS:
+            if name not in known or kind not in records.FEATURE_ROLES:
                 raise ValueError(
                     f"stats_kinds {name!r}: {kind!r} must name a contract or derived column "
-                    f"and one of {list(stats.KINDS)}"
+                    f"and one of {list(records.FEATURE_ROLES)}"
                 )
 
 
@@ -165,12 +140,6 @@ def _quoted(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------- reading
-
-
-def _with_defaults(options: dict[str, str], defaults: dict[str, str]) -> dict[str, str]:
-    """`defaults` under `options`; Spark's option names are case-insensitive, so are these."""
-    given = {k.lower() for k in options}
-    return {**{k: v for k, v in defaults.items() if k.lower() not in given}, **options}
 
 
 def _option(options: dict[str, str], name: str, default: str) -> str:
@@ -270,7 +239,7 @@ def _read_csv(
 ) -> list[tuple[DataFrame, list[str]]]:
     from pyspark.sql.types import StringType, StructField, StructType
 
-    options = _with_defaults(p.options, CSV_DEFAULTS)
+    options = records.csv_options(p.options)
     groups: dict[tuple[str, ...], list[str]] = {}
     if _option(options, "header", "false").lower() == "true":
         # Each file's own header decides its column order. One schema for all files would be
@@ -418,7 +387,7 @@ def null_tokens(col: dict[str, Any], p: ValidateParams) -> list[str]:
 def as_null(value: Column, tokens: Sequence[str]) -> Column:
     """Null where the value, stripped of surrounding whitespace, is blank or a null token.
 
-    Only a value whose first or last byte is at most a space (every WHITESPACE character
+    Only a value whose first or last byte is at most a space (every `records.WHITESPACE` character
     is one such byte) is stripped: Spark's `btrim` with a character set copies every
     value it is given, twice, which was a seventh of the first job's time at 4 M rows.
     Both ends are compared without walking the value: the first as a string (`value <
@@ -431,7 +400,7 @@ def as_null(value: Column, tokens: Sequence[str]) -> Column:
 
     last_byte = F.substring(value.cast("binary"), -1, 1)
     padded = (value < F.lit("!")) | (last_byte < F.lit(bytearray(b"!")))
-    stripped = F.when(padded, F.btrim(value, F.lit(WHITESPACE))).otherwise(value)
+    stripped = F.when(padded, F.btrim(value, F.lit(records.WHITESPACE))).otherwise(value)
     is_null = stripped == ""
     if tokens:
         is_null = is_null | stripped.isin(list(tokens))
@@ -473,29 +442,34 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
         "*",
         *[
             F.when(F.col(present[c["name"]]), F.col(_quoted(c["name"])))
-            .try_cast(SPARK_TYPES[c["type"]])
+            .try_cast(records.SQL_TYPES[c["type"]])
             .alias(cast[c["name"]])
             for c in p.columns
         ],
     )
     typed: dict[str, Column] = {name: F.col(alias) for name, alias in cast.items()}
-    checks: list[tuple[Column, Column]] = [(F.col(CORRUPT).isNotNull(), F.lit("malformed record"))]
+    # Reasons that show a value are their constant part (the contract's reason with the
+    # value "") concatenated with the value, so each is one literal per column.
+    checks: list[tuple[Column, Column]] = [(F.col(CORRUPT).isNotNull(), F.lit(records.MALFORMED_RECORD))]
     for col in p.columns:
         name, kind = col["name"], col["type"]
         raw_value = F.col(_quoted(name))
-        shown = F.substring(raw_value, 1, 64)
+        shown = F.substring(raw_value, 1, records.SHOWN_CHARACTERS)
         checks += [
-            (raw_value.contains(REPLACEMENT_CHARACTER), F.lit(f"invalid UTF-8 in {name}")),
-            (F.col(present[name]) & typed[name].isNull(), F.concat(F.lit(f"bad {kind} in {name}: "), shown)),
+            (raw_value.contains(records.REPLACEMENT_CHARACTER), F.lit(records.invalid_utf8(name))),
+            (
+                F.col(present[name]) & typed[name].isNull(),
+                F.concat(F.lit(records.bad_value(kind, name, "")), shown),
+            ),
         ]
         if kind == "double":
             # Spark's cast takes NaN and infinities (any case, `inf` too); they pass a contract
             # that only says "double" and break every mean and scaler downstream.
             non_finite = F.isnan(typed[name]) | (F.abs(typed[name]) == F.lit(float("inf")))
-            checks.append((non_finite, F.concat(F.lit(f"non-finite double in {name}: "), shown)))
+            checks.append((non_finite, F.concat(F.lit(records.non_finite(name, "")), shown)))
     for col in p.columns:
         if not col.get("nullable", True):
-            checks.append((typed[col["name"]].isNull(), F.lit(f"null in {col['name']}")))
+            checks.append((typed[col["name"]].isNull(), F.lit(records.null_in(col["name"]))))
 
     df = staged.select(
         *[typed[c["name"]].alias(c["name"]) for c in p.columns],
@@ -516,18 +490,18 @@ def flag_rows(raw: DataFrame, p: ValidateParams) -> DataFrame:
         # never a cast error that fails the day (try_cast is null where cast would raise).
         value = label.try_cast("double")
         unknown = value.isNull() | F.isnan(value) | (F.abs(value) == F.lit(float("inf")))
-        wrong = f"label {p.label_column} is not a finite number: "
+        wrong = records.label_not_finite(p.label_column, "")
     elif labels.is_integer(p.label_classes):
         unknown = ~label.isin(p.label_classes)
-        wrong = f"label {p.label_column} not in {p.label_classes}: "
+        wrong = records.label_not_in(p.label_column, p.label_classes, "")
     else:
         unknown = ~label.cast("string").isin(list(labels.ids_by_text(p.label_classes)))
-        wrong = f"label {p.label_column} not in {p.label_classes}: "
+        wrong = records.label_not_in(p.label_column, p.label_classes, "")
     reason = first_reason(
         [
             (F.col("_type_reason").isNotNull(), F.col("_type_reason")),
-            (F.col(p.id_column).isNull(), F.lit(f"null id ({p.id_column})")),
-            (label.isNull(), F.lit(f"null label ({p.label_column})")),
+            (F.col(p.id_column).isNull(), F.lit(records.null_id(p.id_column))),
+            (label.isNull(), F.lit(records.null_label(p.label_column))),
             (unknown, F.concat(F.lit(wrong), label.cast("string"))),
         ]
     )
@@ -570,14 +544,15 @@ def _check_label_type(df: DataFrame, p: ValidateParams) -> None:
 
 
 def reason_kind(reason: Column) -> Column:
-    """The reason without the offending value, for counting (`bad int in dep_time`).
+    """`records.reason_kind` of a column: the reason without the value it shows, for counting
+    (`bad int in dep_time`).
 
-    Everything before the first `:` (a value may hold newlines, which a regex `.` would
-    not cross); contract names cannot hold a `:`.
+    Everything before the first `records.KIND_END` (a value may hold newlines, which a regex
+    `.` would not cross).
     """
     from pyspark.sql import functions as F
 
-    return F.substring_index(reason, ":", 1)
+    return F.substring_index(reason, records.KIND_END, 1)
 
 
 # ----------------------------------------------------------------------------- running

@@ -7,6 +7,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from lakeprep_airflow.partition_status import check_partition
+from lakeprep_contracts import records
 from lakeprep_jobs import common, validate
 from lakeprep_jobs.validate import ContractError, ValidateParams
 
@@ -561,7 +562,7 @@ def test_blank_and_null_tokens_are_judged_after_stripping_whitespace(spark, toke
     # as_null strips only values that start or end with whitespace; whatever the shortcut,
     # the result must be Python's strip of the same characters (the serving side's rule).
     # The shortcut compares bytes with 0x20, so every whitespace character must be one.
-    assert all(ord(c) <= 0x20 for c in validate.WHITESPACE)
+    assert all(ord(c) <= 0x20 for c in records.WHITESPACE)
     values = [
         "",
         " ",
@@ -582,7 +583,7 @@ def test_blank_and_null_tokens_are_judged_after_stripping_whitespace(spark, toke
     frame = spark.createDataFrame([(v,) for v in [*values, None]], "v string")
     got = [r[0] for r in frame.select(validate.as_null(F.col("v"), tokens)).collect()]
     expected = [
-        None if v is None or v.strip(validate.WHITESPACE) in ("", *tokens) else v for v in [*values, None]
+        None if v is None or v.strip(records.WHITESPACE) in ("", *tokens) else v for v in [*values, None]
     ]
     assert got == expected
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lakeprep_contracts import encode as enc
+from lakeprep_contracts import records
 from lakeprep_train import serving
 from lakeprep_train import transform as tf
 from tests.training.transform_doc import PREPROCESS, VALIDATE, make_doc
@@ -204,7 +205,7 @@ def test_csv_reading_matches_sparks_permissive_reader(spark, tmp_path, options):
     )
     path = write(tmp_path, "raw.csv", text)
     schema = StructType([StructField(c, StringType()) for c in ["a", "b", "c", "_corrupt_record"]])
-    spark_options = {**serving.CSV_DEFAULTS, **{k.lower(): v for k, v in options.items()}}
+    spark_options = records.csv_options(options)
     rows = (
         spark.read.options(**spark_options)
         .option("mode", "PERMISSIVE")

@@ -35,10 +35,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakeprep_contracts import documents
+from lakeprep_contracts.records import FEATURE_ROLES
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
-ROLES = ("numeric", "categorical", "text")
 REMAINDERS = ("drop", "pad")
 RESERVED_COLUMNS = ("id", "label")
 WINDOW_OUTCOMES = ("complete", "failed", "missing", "before_start")
@@ -555,7 +555,7 @@ def with_transform_document(manifest: Manifest, data: bytes | None = None) -> Ma
 
 def _document_problems(manifest: Manifest, doc: Mapping[str, Any]) -> list[str]:
     """Each manifest feature is an output of ``doc`` with the manifest's role and width."""
-    specs = {spec["output"]: (role, spec) for role in ROLES for spec in doc[role]}
+    specs = {spec["output"]: (role, spec) for role in FEATURE_ROLES for spec in doc[role]}
     problems = []
     for i, f in enumerate(manifest.features):
         if f.name not in specs:
@@ -576,7 +576,7 @@ def _document_problems(manifest: Manifest, doc: Mapping[str, Any]) -> list[str]:
 def transform_for_features(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, Any]:
     """``doc`` cut to the manifest's features: encoding it computes exactly the model's columns."""
     wanted = {f.name for f in manifest.features}
-    return {**doc, **{role: [s for s in doc[role] if s["output"] in wanted] for role in ROLES}}
+    return {**doc, **{role: [s for s in doc[role] if s["output"] in wanted] for role in FEATURE_ROLES}}
 
 
 def prepared_schema(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, str]:
@@ -585,7 +585,7 @@ def prepared_schema(manifest: Manifest, doc: Mapping[str, Any]) -> dict[str, str
     from lakeprep_contracts.labels import TARGET, fitted_target
 
     doc = transform_for_features(manifest, doc)
-    roles = {s["name"]: role for role in ROLES for s in doc[role] if "pca_component" not in s}
+    roles = {s["name"]: role for role in FEATURE_ROLES for s in doc[role] if "pca_component" not in s}
     roles.update({s["name"]: "numeric" for s in (doc.get("pca") or {}).get("inputs", [])})
     columns = {"id": "string", manifest.label.name: "integer"}
     if fitted_target(doc["label"]) is not None:  # a continuous label's value (lakeprep_contracts.labels)

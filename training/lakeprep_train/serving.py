@@ -41,14 +41,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakeprep_contracts import labels as label_classes
+from lakeprep_contracts import layout
+from lakeprep_contracts import records as record_vocabulary
 from lakeprep_contracts import references as reference_layout
 from lakeprep_train import storage
 from lakeprep_train import transform as tf
 
-FORMATS = ("csv", "json", "parquet", "text")
 _LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 _LINE_BREAK_TEXT = re.compile("\r\n|\r|\n")
-_REPLACEMENT = "\ufffd"  # what a UTF-8 decoder (Spark's included) puts for an invalid byte
 
 
 class ServingError(ValueError):
@@ -105,13 +105,15 @@ class Contract:
         except KeyError as err:
             raise ServingError(f"{where}: {err.args[0]} is missing (expected validate's params)") from None
         for i, col in enumerate(contract.columns):
-            if col.get("type") not in tf.TYPES:
+            if col.get("type") not in record_vocabulary.TYPES:
                 raise ServingError(
                     f"{where}.columns[{i}] ({col.get('name')}): type {col.get('type')!r} is not one of "
-                    f"{list(tf.TYPES)}"
+                    f"{list(record_vocabulary.TYPES)}"
                 )
-        if contract.format not in FORMATS:
-            raise ServingError(f"{where}.format: {contract.format!r} must be one of {list(FORMATS)}")
+        if contract.format not in record_vocabulary.FORMATS:
+            raise ServingError(
+                f"{where}.format: {contract.format!r} must be one of {list(record_vocabulary.FORMATS)}"
+            )
         tf.time_zone(contract.time_zone)
         return contract
 
@@ -142,17 +144,6 @@ class RawRecords:
 
     def __len__(self) -> int:
         return len(self.line)
-
-
-def _options(options: Mapping[str, str]) -> dict[str, str]:
-    return {k.lower(): v for k, v in options.items()}
-
-
-# validate's CSV defaults (RFC 4180 as exporters write it: quoted newlines and doubled
-# quotes); a contract's options override them, as in validate.
-CSV_DEFAULTS = {"header": "true", "multiline": "true", "escape": '"'}
-# What "blank" and null tokens are judged after stripping (validate's WHITESPACE).
-WHITESPACE = " \t\n\r\f\v"
 
 
 def _csv_records(
@@ -249,7 +240,7 @@ def _csv_records(
 
 
 def _read_csv(data: bytes, options: Mapping[str, str], where: str) -> RawRecords:
-    opts = {**CSV_DEFAULTS, **_options(options)}
+    opts = record_vocabulary.csv_options(options)
     sep = opts.get("sep", opts.get("delimiter", ","))
     sep = "\t" if sep == "\\t" else sep
     quote = opts.get("quote", '"')
@@ -409,7 +400,7 @@ def read_records(source: str | pa.Table, contract: Contract, *, file_format: str
         return _read_text(
             data, contract.text_column or contract.columns[0]["name"], contract.text_per, source
         )
-    raise ServingError(f"{source}: format {kind!r} is not one of {list(FORMATS)}")
+    raise ServingError(f"{source}: format {kind!r} is not one of {list(record_vocabulary.FORMATS)}")
 
 
 def _format_of(path: str) -> str | None:
@@ -467,11 +458,10 @@ def _referenced_columns(expr: str) -> set[str]:
 def check_contract(raw: RawRecords, contract: Contract) -> Checked:
     """Type every contract column and give each row validate's quarantine reason, or None.
 
-    The reasons and their order are validate's: ``malformed record``; then per contract
-    column ``invalid UTF-8 in <col>``, ``bad <type> in <col>: <first 64 chars>``,
-    ``non-finite double in <col>: <value>``; then ``null in <col>`` for non-nullable
-    columns; then ``null id (<id>)``. A value that is blank after trimming spaces, or
-    equal to a null token, is null.
+    The reasons and their order are validate's (``lakeprep_contracts.records``): a malformed
+    record; per contract column invalid UTF-8, a bad value of its type, a non-finite
+    double; a null in a non-nullable column; a null id. A value that is blank after
+    trimming ``lakeprep_contracts.records.WHITESPACE``, or equal to a null token, is null.
 
     The label is optional at serving, so it never rejects a row: a null label (blank,
     a null token, or derived from a null) is no label, and a present label that cannot
@@ -489,7 +479,7 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
     label_reasons = np.full(n, None, dtype=object)
     label = contract.label_column
     derivations = {d["name"]: d["expr"] for d in contract.derived}
-    _first(reasons, raw.malformed, "malformed record")
+    _first(reasons, raw.malformed, record_vocabulary.MALFORMED_RECORD)
     typed: dict[str, pa.Array] = {}
     missing = [contract.raw_name(c) for c in contract.columns if contract.raw_name(c) not in raw.columns]
     required = [
@@ -509,39 +499,40 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
             typed[name] = pa.nulls(n, tf.arrow_type(kind))
             continue
         tokens = contract.null_tokens_of(col)
-        stripped = pc.utf8_trim(strings, characters=WHITESPACE)
+        stripped = pc.utf8_trim(strings, characters=record_vocabulary.WHITESPACE)
         is_null = _mask(pc.is_null(strings)) | _mask(pc.equal(stripped, ""))
         if tokens:
             is_null |= _mask(pc.is_in(stripped, value_set=pa.array(tokens, pa.string())))
         present = pc.if_else(pa.array(is_null), pa.scalar(None, pa.string()), strings)
         values = tf.spark_try_cast(present, kind, zone=contract.time_zone)
-        shown = pc.utf8_slice_codeunits(strings, 0, 64)
-        _first(own, _mask(pc.match_substring(strings, _REPLACEMENT)), f"invalid UTF-8 in {name}")
+        shown = pc.utf8_slice_codeunits(strings, 0, record_vocabulary.SHOWN_CHARACTERS)
+        invalid = _mask(pc.match_substring(strings, record_vocabulary.REPLACEMENT_CHARACTER))
+        _first(own, invalid, record_vocabulary.invalid_utf8(name))
         bad = ~is_null & _mask(pc.is_null(values))
         if bad.any():
-            _first(own, bad, _prefixed(f"bad {kind} in {name}: ", shown))
+            _first(own, bad, _prefixed(record_vocabulary.bad_value(kind, name, ""), shown))
         if kind == "double":
             non_finite = ~_mask(pc.is_finite(values)) & _mask(pc.is_valid(values))
             if non_finite.any():
-                _first(own, non_finite, _prefixed(f"non-finite double in {name}: ", shown))
+                _first(own, non_finite, _prefixed(record_vocabulary.non_finite(name, ""), shown))
         typed[name] = values
         if not col.get("nullable", True) and own is reasons:
-            null_checks.append((_mask(pc.is_null(values)), f"null in {name}"))
+            null_checks.append((_mask(pc.is_null(values)), record_vocabulary.null_in(name)))
     for condition, message in null_checks:
         _first(reasons, condition, message)
 
     # Derived columns see the typed columns and `_source_file`, and (as in validate, where
     # Spark's ANSI SQL would raise on a bad value) exist only for rows that typed cleanly.
     typed_ok = pa.array(np.equal(reasons, None))
-    table = pa.table({**typed, "_source_file": pa.array([_file_uri(raw.where)] * n, pa.string())})
+    table = pa.table({**typed, layout.SOURCE_FILE: pa.array([_file_uri(raw.where)] * n, pa.string())})
     table = add_derived(table, contract.derived, contract.time_zone)
     for item in contract.derived:
         index = table.column_names.index(item["name"])
         column = table.column(index)
         table = table.set_column(index, item["name"], pc.if_else(typed_ok, column, pa.nulls(n, column.type)))
-    table = table.drop(["_source_file"])
+    table = table.drop([layout.SOURCE_FILE])
     id_values = table.column(contract.id_column)
-    _first(reasons, _mask(pc.is_null(id_values)), f"null id ({contract.id_column})")
+    _first(reasons, _mask(pc.is_null(id_values)), record_vocabulary.null_id(contract.id_column))
 
     present_names = {c["name"] for c in contract.columns if contract.raw_name(c) in raw.columns}
     if label in derivations:
@@ -552,10 +543,10 @@ def check_contract(raw: RawRecords, contract: Contract) -> Checked:
         index = table.column_names.index(label)
         labels = table.column(index)
         classes = list(contract.label_classes)
-        wrong = f"label {label} not in {classes}: "
+        wrong = record_vocabulary.label_not_in(label, classes, "")
         if contract.continuous:
             # As validate reads it: try_cast to double, and a value that is not finite is no number.
-            wrong = f"label {label} is not a finite number: "
+            wrong = record_vocabulary.label_not_finite(label, "")
             unknown = _mask(pc.is_valid(labels)) & ~np.isfinite(tf.clean_numeric(labels))
         elif label_classes.is_integer(classes):
             numeric = tf.clean_numeric(labels)
@@ -874,7 +865,7 @@ def join_references(
 
     The reference's keys are cast (``try_cast``) to the main table's types, so an
     unparseable key never matches; string keys are compared as categoricals are cleaned
-    (trimmed of ``WHITESPACE``, empty as null) on both sides, the input's values kept as
+    (trimmed of ``records.WHITESPACE``, empty as null) on both sides, the input's values kept as
     they are. The table is de-duplicated on its keys, keeping the
     row that is smallest by its output columns in order (nulls first), the row preprocess
     keeps whatever the file order. A reference whose output columns the input already
@@ -996,7 +987,7 @@ class Served:
 def _counts_by_kind(items: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for r in items:
-        kind = r["reason"].split(":", 1)[0]
+        kind = record_vocabulary.reason_kind(r["reason"])
         counts[kind] = counts.get(kind, 0) + 1
     return dict(sorted(counts.items()))
 

@@ -44,12 +44,11 @@ from lakeprep_contracts.encode import (
     with_tokenizers,
 )
 from lakeprep_contracts.labels import ids_by_text as class_ids
-from lakeprep_contracts.references import WHITESPACE
+from lakeprep_contracts.records import TYPES, WHITESPACE
 from lakeprep_contracts.text import SUBWORD
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
-TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp")
 
 __all__ = ["ROLES", "TransformError", "apply_transform", "feature_outputs"]
 
@@ -513,7 +512,7 @@ def clean_numeric(values: Any, *, where: str = "") -> np.ndarray:
 def clean_categorical(values: Any, *, zone: str = "UTC") -> pa.Array:
     """Step 2 for a categorical: Spark's string of the value, whitespace trimmed, empty = null.
 
-    Trimmed of ``lakeprep_contracts.references.WHITESPACE`` (space, tab, LF, CR, FF, VT) at
+    Trimmed of ``lakeprep_contracts.records.WHITESPACE`` (space, tab, LF, CR, FF, VT) at
     both ends, as preprocess trims it with Spark's ``btrim``; a no-break space is kept.
     """
     strings = pc.utf8_trim(spark_string(values, zone=zone), characters=WHITESPACE)

@@ -25,7 +25,7 @@ from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.lineage import DriftLineageMixin
 from lakeprep_airflow.locations import require_lake_root
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
-from lakeprep_contracts import documents, layout
+from lakeprep_contracts import documents, layout, records
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -42,7 +42,7 @@ def drift_params(spec: spec_mod.DatasetSpec) -> dict[str, Any]:
 
 def judged_columns(spec: spec_mod.DatasetSpec) -> list[str]:
     """The spec's feature columns (raw, derived, reference), then the label (prior shift)."""
-    features = [c["name"] for c in spec.all_columns() if c["role"] in spec_mod.FEATURE_ROLES]
+    features = [c["name"] for c in spec.all_columns() if c["role"] in records.FEATURE_ROLES]
     return [*features, spec.data["label"]["column"]]
 
 
