@@ -1,12 +1,13 @@
 """Raw files as they really break, end to end through `validate.run`.
 
-The corpus is `tests/data/broken/` (small files as exporters write them) plus what cannot
-sit in a text file (invalid UTF-8, compressed parts, a 1 MB value, a BOM with CRLF,
-zero-byte files), made here. Every case has one defined outcome, listed in docs/SPEC.md
-("Bad input: outcomes"): rows quarantined with a reason, a value repaired by policy
-(a null token read as null), rows passed on purpose (unseen categories, duplicates,
-which `preprocess` de-duplicates), or a ContractError naming the partition and the
-column. Whatever the outcome, the accounting balances for every file.
+The corpus is `tests/data/broken/` (small files as exporters write them, for the order
+feed of `tests/data/orders.py`) plus what cannot sit in a text file (invalid UTF-8,
+compressed parts, a 1 MB value, a BOM with CRLF, zero-byte files), made here. Every case
+has one defined outcome, listed in docs/SPEC.md ("Bad input: outcomes"): rows quarantined
+with a reason, a value repaired by policy (a null token read as null), rows passed on
+purpose (unseen categories, duplicates, which `preprocess` de-duplicates), or a
+ContractError naming the partition and the column. Whatever the outcome, the accounting
+balances for every file.
 """
 
 from __future__ import annotations
@@ -22,39 +23,14 @@ import pytest
 from lakeprep_airflow.partition_status import check_partition
 from lakeprep_jobs import common, validate
 from lakeprep_jobs.validate import ContractError, ValidateParams
+from tests.data.orders import HEADER, INVALID_UTF8, corpus, validate_params
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "broken"
-HEADER = b"Order ID,Amount (USD),Kind,Placed At,Note,Delayed\n"
 MB = 1 << 20
 
 
 def params(**kw) -> ValidateParams:
-    """The corpus's contract: an order feed with exporter headers and `NA`/`null`/`-` nulls."""
-    base = dict(
-        format="csv",
-        options={"header": "true"},
-        null_tokens=["NA", "null", "-"],
-        columns=[
-            {"name": "order_id", "raw_name": "Order ID", "type": "string", "nullable": False},
-            {"name": "amount", "raw_name": "Amount (USD)", "type": "double"},
-            {"name": "kind", "raw_name": "Kind", "type": "string", "nullable": False},
-            {"name": "placed_at", "raw_name": "Placed At", "type": "timestamp"},
-            {"name": "note", "raw_name": "Note", "type": "string"},
-            {"name": "delayed", "raw_name": "Delayed", "type": "int"},
-        ],
-        derived=[{"name": "label", "expr": "delayed"}],
-        id_column="order_id",
-        label_column="label",
-        label_classes=[0, 1],
-        stats_kinds={"amount": "numeric", "kind": "categorical", "note": "text"},
-        max_quarantine_share=1.0,
-    )
-    base.update(kw)
-    return ValidateParams(**base)
-
-
-def corpus(name: str) -> bytes:
-    return (CORPUS / name).read_bytes()
+    """The order feed's contract (`tests.data.orders`)."""
+    return ValidateParams(**validate_params(**kw))
 
 
 @dataclass(frozen=True)
@@ -147,12 +123,7 @@ CASES = {
         {"part-00000.csv": b"\xef\xbb\xbf" + corpus("quoted_newline.csv").replace(b"\n", b"\r\n")}, 3, 3
     ),
     "invalid UTF-8": Case(
-        {
-            "part-00000.csv": HEADER
-            + b"i1,5,book,2013-01-01T05:00:00Z,caf\xe9 latin-1,0\n"
-            + b"i2,5\xff,book,2013-01-01T05:00:00Z,,0\n"
-            + b"i3,5,book,2013-01-01T05:00:00Z,caf\xc3\xa9 utf-8,1\n"
-        },
+        {"part-00000.csv": INVALID_UTF8},
         3,
         1,
         {"invalid UTF-8 in note": 1, "invalid UTF-8 in amount": 1},
