@@ -176,12 +176,16 @@ def test_the_export_counts_bins_as_strata_and_the_loader_gives_each_rows_value(d
     manifest = with_transform_document(load_manifest(str(export / "manifest.json")))
     target = {r["id"]: r["target"] for r in sampled}
     for split in ("train", "validation", "test"):
-        batches = list(RankBatches(manifest, split, 0, world_size=1, shuffle=False, with_ids=True))
-        assert all(b.label.dtype.is_floating_point for b in batches), split
-        ids = np.concatenate([b.ids for b in batches])
-        values = np.concatenate([b.label.numpy() for b in batches])
-        assert len(ids) == manifest.split(split).plan.rows_per_rank, split
-        assert values.tolist() == [np.float32(target[i]) for i in ids], split
+        plan = manifest.split(split).plan
+        for rank in range(plan.world_size):  # the spec's two ranks, each its planned rows
+            batches = list(
+                RankBatches(manifest, split, rank, world_size=plan.world_size, shuffle=False, with_ids=True)
+            )
+            assert all(b.label.dtype.is_floating_point for b in batches), split
+            ids = np.concatenate([b.ids for b in batches])
+            values = np.concatenate([b.label.numpy() for b in batches])
+            assert len(ids) == plan.rows_per_rank, (split, rank)
+            assert values.tolist() == [np.float32(target[i]) for i in ids], (split, rank)
 
 
 def test_a_regression_trains_on_the_export_and_predict_prints_values_on_the_labels_scale(
