@@ -107,7 +107,7 @@ def test_a_retry_resumes_from_the_killed_try_and_commits_only_a_finished_model(t
         manifest=str(lake / "export_shards" / "flights" / "dt=2013-01-01" / "manifest.json"),
         output=str(staged / "model"),
         training={**spec.training, "epochs": 1},
-        seed=spec.stages["sample"]["seed"],
+        seed=spec.training["seed"],
         checkpoint_dir=str(staged / "checkpoints"),
     )
     done = subprocess.run(
