@@ -82,7 +82,6 @@ def pipeline_tasks(fused: bool = False) -> tuple[str, ...]:
     )
 
 
-TASKS = pipeline_tasks()
 TRAIN_TASKS = ("gpu_training_handoff",)
 # The spec section whose form knobs the train DAG's form offers (backend, epochs).
 TRAIN_FORM_SECTION = "training"

@@ -178,12 +178,6 @@ def split_file(tail: bytes, size: int) -> tuple[int, bytes]:
     return size - 8 - length, tail[-8 - length : -8]
 
 
-def canonical_file(data: bytes) -> bytes:
-    """A whole Parquet file with its footer made canonical (for tests and small files)."""
-    offset, footer = split_file(data, len(data))
-    return data[:offset] + canonical_footer(footer) + data[offset + len(footer) :]
-
-
 def _read_range(spark: SparkSession, uri: str, position: int, length: int) -> bytes:
     fs, path = common._jvm_path(spark, uri)
     stream = fs.open(path)

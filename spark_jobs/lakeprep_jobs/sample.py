@@ -232,13 +232,6 @@ def sample_plan(
     )
 
 
-def stratified_sample(
-    df: DataFrame, p: SampleParams, *, bucket_bits: int = exact.DEFAULT_BUCKET_BITS
-) -> DataFrame:
-    """Pure: exactly the planned rows of every (strata..., split) cell, by hash(id, seed)."""
-    return exact.apply_sample(df, sample_plan(df, p, bucket_bits=bucket_bits))
-
-
 def stratum_name(strata: Sequence[str], key: exact.StratumKey) -> str:
     """A stratum's key in the report: `"1"` for the label alone, `"label=1,origin=JFK"` for several."""
 

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from lakeprep_contracts import encode
 from lakeprep_train import transform as numpy_transform
 from tests.training.transform_doc import hashed, make_doc, numeric, vocab
 
@@ -142,7 +143,7 @@ def test_spark_and_numpy_give_the_same_features(spark):
 
 def test_spark_and_numpy_agree_after_selection_and_pca(spark):
     spark_rows, ours = _both_paths(spark, pca_parity_doc())
-    assert set(spark_rows[0]) == {"id", "label", *numpy_transform.feature_outputs(pca_parity_doc())}
+    assert set(spark_rows[0]) == {"id", "label", *encode.outputs(pca_parity_doc())}
     assert "cat__origin" not in ours and "num__distance" not in ours
     # The extreme rows (clipped, imputed, 1e9 seats) land far from the centre: not all zeros.
     assert np.ptp(ours["num__pc1"]) > 1 and np.ptp(ours["num__pc2"]) > 1
@@ -172,7 +173,7 @@ def _both_paths(spark, doc: dict) -> tuple[list[dict], dict[str, np.ndarray]]:
 
     assert ours["id"].tolist() == [r["id"] for r in spark_rows]
     assert ours["label"].tolist() == [r["label"] for r in spark_rows]
-    for output in numpy_transform.feature_outputs(doc):
+    for output in encode.outputs(doc):
         theirs = [r[output] for r in spark_rows]
         mine = ours[output]
         if output.startswith("num__"):

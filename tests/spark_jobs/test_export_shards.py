@@ -519,18 +519,18 @@ def test_canonical_footer_ignores_the_order_the_writer_listed_encodings_in(spark
     assert pq.read_table(other).equals(pq.read_table(shard))  # the same file to a reader
     encodings = [pq.read_metadata(shard).row_group(0).column(i).encodings for i in range(6)]
     assert any(len(e) > 1 for e in encodings)
-    # What the export wrote is the canonical form: sorted encodings, as any JVM would get.
-    assert parquet_footer.canonical_file(permuted) == written
-    assert parquet_footer.canonical_file(written) == written
-    # Committing a shard rewrites a non-canonical footer (the pages copied in the JVM) ...
+    # Committing a shard rewrites a non-canonical footer (the pages copied in the JVM) into
+    # what the export wrote: sorted encodings, as any JVM would get ...
     moved = tmp_path / "committed" / "shard.parquet"
     assert parquet_footer.commit_shard(spark, f"file://{other}", f"file://{moved}") is True
     assert moved.read_bytes() == written and not other.exists()
     # ... and only renames a canonical one.
     assert parquet_footer.commit_shard(spark, f"file://{moved}", f"file://{other}") is False
     assert other.read_bytes() == written and not moved.exists()
-    with pytest.raises(parquet_footer.FooterError, match="not a Parquet file"):
-        parquet_footer.canonical_file(b"not parquet at all")
+    junk = tmp_path / "junk.parquet"
+    junk.write_bytes(b"not parquet at all")
+    with pytest.raises(parquet_footer.FooterError, match="junk.parquet is not a Parquet file"):
+        parquet_footer.commit_shard(spark, f"file://{junk}", f"file://{tmp_path}/never.parquet")
 
 
 def test_a_rerun_in_another_jvm_writes_byte_identical_shards_and_fingerprints(spark, tmp_path):

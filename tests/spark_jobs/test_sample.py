@@ -34,8 +34,9 @@ def within_binomial(observed: int, n: int, p: float, sds: float = 4.0) -> bool:
 
 
 def sampled(df, p: SampleParams, **kw):
-    """What `run` writes: the split, then the exact sample per stratum and split."""
-    return sample.stratified_sample(sample.assign_split(df, p, **kw), p, **kw)
+    """What `run` writes: the split, then the exact sample per stratum and split (its calls)."""
+    split = sample.assign_split(df, p, **kw)
+    return exact.apply_sample(split, sample.sample_plan(split, p, **kw))
 
 
 def counts_by(df, *cols: str) -> dict[tuple, int]:
@@ -348,7 +349,7 @@ def test_several_strata_columns_are_exact_per_combination(spark):
     )
 
     split = sample.assign_split(df, p, bucket_bits=2)
-    out = sample.stratified_sample(split, p, bucket_bits=2)
+    out = exact.apply_sample(split, sample.sample_plan(split, p, bucket_bits=2))
 
     assert counts_by(split, "label", "origin", "split") == {
         (0, "JFK", "train"): 30,

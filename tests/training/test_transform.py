@@ -38,7 +38,7 @@ def test_a_valid_document_loads_from_a_file(tmp_path):
     path = tmp_path / "transform.json"
     path.write_text(json.dumps(make_doc()))
     doc = tf.load_transform(str(path))
-    assert tf.feature_outputs(doc) == [
+    assert enc.outputs(doc) == [
         "num__distance",
         "num__seats",
         "cat__carrier",
@@ -202,7 +202,7 @@ def pca_doc() -> dict:
 
 def test_pca_components_are_centred_weighted_sums_of_the_scaled_inputs():
     doc = pca_doc()
-    assert tf.feature_outputs(doc) == ["num__pc1", "num__pc2"]
+    assert enc.outputs(doc) == ["num__pc1", "num__pc2"]
     out = tf.apply_transform({"x": pa.array([12.0, None]), "y": pa.array([2.0, 4.0])}, doc)
     # scaled x = [1, 0 (the fill)], y = [0.5, 1]; centred [0.5, -0.5] and [0.25, 0.75]
     assert set(out) == {"num__pc1", "num__pc2"} and out["num__pc1"].dtype == np.float32

@@ -498,12 +498,6 @@ def _batch_runs(blocks: Iterable[_Block], batch_size: int) -> Iterator[list[Batc
         yield [_to_batch(pending)]
 
 
-def batch_blocks(blocks: Iterable[_Block], batch_size: int) -> Iterator[Batch]:
-    """Re-cut blocks of any size into ``batch_size`` batches; the last may be short."""
-    for run in _batch_runs(blocks, batch_size):
-        yield from run
-
-
 class _Failure:
     def __init__(self, error: BaseException) -> None:
         self.error = error
@@ -826,27 +820,6 @@ def _blocks(
         close = getattr(pieces, "close", None)
         if close is not None:
             close()
-
-
-def read_spans(
-    split: Split,
-    spans: Iterable[ShardSpan],
-    layout: FeatureLayout,
-    *,
-    with_ids: bool = False,
-    rng: np.random.Generator | None = None,
-    where: str = "",
-) -> Iterator[_Block]:
-    """The rows of ``spans`` as numpy blocks, reading only the row groups they overlap.
-
-    ``rng`` shuffles the row groups within a span and the rows within a row group.
-    """
-    return _blocks(
-        _span_tables(
-            split, spans, layout.columns(with_ids), rng, where, layout.expected, layout.read_dictionary
-        ),
-        layout,
-    )
 
 
 def _batch_pipeline(

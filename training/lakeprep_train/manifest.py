@@ -39,7 +39,6 @@ from lakeprep_contracts.records import FEATURE_ROLES
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
-REMAINDERS = ("drop", "pad")
 RESERVED_COLUMNS = ("id", "label")
 WINDOW_OUTCOMES = ("complete", "failed", "missing", "before_start")
 _CHUNK = 1 << 20

@@ -597,15 +597,6 @@ _STRING_FUNCTIONS = (
     "Left",
     "Right",
 )
-_SPARK_TYPE_NAMES = {
-    "string": "STRING",
-    "int": "INT",
-    "long": "BIGINT",
-    "double": "DOUBLE",
-    "boolean": "BOOLEAN",
-    "date": "DATE",
-    "timestamp": "TIMESTAMP",
-}
 
 
 def _sql_type_of(array_type: pa.DataType) -> str:

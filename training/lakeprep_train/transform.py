@@ -34,13 +34,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import regex
 
+from lakeprep_contracts import documents
 from lakeprep_contracts.encode import (
     ROLES,
     TransformError,
     as_array,
     distinct,
     encode,
-    outputs,
     with_tokenizers,
 )
 from lakeprep_contracts.labels import ids_by_text as class_ids
@@ -50,7 +50,7 @@ from lakeprep_train import storage
 
 FORMAT_VERSION = 1
 
-__all__ = ["ROLES", "TransformError", "apply_transform", "feature_outputs"]
+__all__ = ["ROLES", "TransformError", "apply_transform"]
 
 
 # --------------------------------------------------------------------------- loading
@@ -85,40 +85,6 @@ def load_tokenizers(doc: Mapping[str, Any], location: str) -> dict[str, Any]:
     return with_tokenizers(doc, read, location)
 
 
-def schema_problems(doc: Any) -> list[str]:
-    """Every JSON Schema violation of ``doc``, as ``<json path>: <message>``, path-sorted.
-
-    The schema is the one in ``lakeprep_contracts`` that the writer (``fit_transform``)
-    checks too, through ``lakeprep_contracts.documents`` when the package has it, so the
-    two ends can never disagree about what a valid document is.
-    """
-    try:
-        from lakeprep_contracts import documents
-    except ImportError:
-        documents = None
-    if documents is not None and hasattr(documents, "problems"):
-        return list(documents.problems("transform", doc))
-    if documents is not None and hasattr(documents, "check"):
-        try:
-            documents.check("transform", doc)
-        except ValueError as err:
-            return [str(err)]
-        return []
-    import jsonschema
-
-    validator = jsonschema.Draft202012Validator(_schema(), format_checker=jsonschema.FormatChecker())
-    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
-    return [f"{e.json_path}: {e.message}" for e in errors]
-
-
-@lru_cache(maxsize=1)
-def _schema() -> dict[str, Any]:
-    from importlib import resources
-
-    text = resources.files("lakeprep_contracts").joinpath("schemas/transform.schema.json").read_text("utf-8")
-    return json.loads(text)
-
-
 def check_document(doc: Any, where: str = "transform.json") -> dict[str, Any]:
     """Check ``doc`` against the JSON Schema, then what a schema cannot say.
 
@@ -127,7 +93,9 @@ def check_document(doc: Any, where: str = "transform.json") -> dict[str, Any]:
     pattern translates to the ``regex`` package (:func:`java_regex`) and the contract
     names its id and label columns. A document that passes encodes every record.
     """
-    problems = schema_problems(doc)
+    # The schema the writer (fit_transform) checks too: the two ends never disagree about
+    # what a valid document is.
+    problems = documents.problems("transform", doc)
     if problems:
         listed = "\n".join(f"  - {p}" for p in problems)
         raise TransformError(f"{where}: not a valid transform (format version {FORMAT_VERSION}):\n{listed}")
@@ -249,7 +217,6 @@ _TIME = r"([0-9]{1,2})(?::([0-9]{1,2})(?::([0-9]{1,2})(?:\.([0-9]*))?)?)?" + _ZO
 # optionally a zone; or a time alone (`[T]hh:mm[:ss]`), which means today.
 _TIMESTAMP = re.compile(r"([+-]?)([0-9]{4,7})(?:-([0-9]{1,2})(?:-([0-9]{1,2})(?:[ T]" + _TIME + ")?)?)?")
 _TIME_ONLY = re.compile(r"T?([0-9]{1,2}):([0-9]{1,2})(?::([0-9]{1,2})(?:\.([0-9]*))?)?" + _ZONE)
-_EPOCH_DAYS = dt.date(1970, 1, 1).toordinal()
 
 
 def _days_from_civil(year: int, month: int, day: int) -> int | None:
@@ -766,8 +733,3 @@ def apply_transform(
         out["label"] = labels.astype(np.int32)
     out.update(encode(prepare(columns, doc, zone=zone), doc))
     return out
-
-
-def feature_outputs(doc: Mapping[str, Any]) -> list[str]:
-    """The encoded column names the transform produces, in document order."""
-    return outputs(doc)
