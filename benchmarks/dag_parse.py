@@ -1,4 +1,4 @@
-"""(c) Parse time of `dags/lakeprep_datasets.py` as Airflow 3.3's DAG processor spends it.
+"""Part `parse`: parse time of `dags/lakeprep_datasets.py` as Airflow 3.3's DAG processor spends it.
 
     python -m benchmarks.dag_parse --pipelines <folder of specs> --reps 5
 

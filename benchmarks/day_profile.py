@@ -1,4 +1,4 @@
-"""(e') Where a small day's time goes: the fused DAG's tasks, its submission under py-spy.
+"""Part `profile`: where a small day's time goes: the fused DAG's tasks, its submission under py-spy.
 
     python -m benchmarks --only profile           (the harness part, on the 900-row day)
 

@@ -1,6 +1,6 @@
-"""(a'') The driver's memory alone: the same submissions in client mode on a standalone cluster.
+"""Part `driver`: the driver's memory alone: the same submissions in client mode on a standalone cluster.
 
-In local mode (section (a)) the driver JVM is also the only executor, so a submission's
+In local mode (part `spark`) the driver JVM is also the only executor, so a submission's
 peak memory is as much the executor's working memory (shuffle and sort buffers, which
 the collector grows towards the heap's bound when the data is large enough) as the
 driver's. Measurement 4's "driver memory flat" is about the driver: what a stage holds
@@ -28,7 +28,7 @@ CLUSTER_PY = REPO / "hadoop" / "cluster.py"
 MODULE_NAME = "lakeprep_cluster"  # the name tests/integration/conftest.py loads it under
 # What the submissions take from the cluster's client environment: its master as the
 # `spark_default` connection, and the loopback address the executor reaches the driver on.
-# Not HADOOP_CONF_DIR: the data stays on `file://`, as in section (a).
+# Not HADOOP_CONF_DIR: the data stays on `file://`, as in part `spark`.
 CLIENT_KEYS = ("AIRFLOW_CONN_SPARK_DEFAULT", "SPARK_LOCAL_IP")
 
 
@@ -45,7 +45,7 @@ def cluster_module() -> ModuleType:
 
 
 def executor_conf() -> tuple[str, ...]:
-    """The executor gets the heap the local-mode JVM had, so its work is sized as in (a)."""
+    """The executor gets the heap the local-mode JVM had, so its work is sized as in part `spark`."""
     return ("--conf", f"spark.executor.memory={DRIVER_MEMORY}")
 
 

@@ -1,4 +1,4 @@
-"""(b) The trainer's input pipeline: shards to batched tensors, against two references.
+"""Part `input`: the trainer's input pipeline: shards to batched tensors, against two references.
 
     python -m benchmarks.input_pipeline --manifest <uri> --reader rank_batches|pyarrow_floor|pandas_dataloader
     python -m benchmarks.input_pipeline --write-pair <export manifest uri> --out <folder>

@@ -18,7 +18,7 @@ DAILY_TARGET = 3.0  # the daily path (validate, preprocess, sample) <= this x th
 SCALING_TARGET = 4.4  # time at 4x the rows <= this x (no worse than linear, with slack)
 # "Driver memory flat": peak RSS of the largest submission's process tree at 4x the rows at
 # most this x. Judged on the driver alone in client mode on a standalone cluster (part
-# `driver`); section (a)'s local-mode figures are shown beside, where the driver JVM is
+# `driver`); part `spark`'s local-mode figures are shown beside, where the driver JVM is
 # also the executor. Spark's memory is bounded by its settings, not the data; 1.25 leaves
 # room for page-cache-sized noise.
 FLAT_MEMORY_TARGET = 1.25
@@ -29,7 +29,7 @@ STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards") 
 # What a run leaves unmeasured, each bullet shown while its part is missing from the results.
 NOT_PROFILED = """\
 - The `profile` part (py-spy and the event log) at scale: it ran on the small day only, so
-  the stages' cost at scale is read from the jobs and passes of (a') and from stage A/B
+  the stages' cost at scale is read from the jobs and passes of part `passes` and from stage A/B
   runs (`python -m benchmarks.stage_ab`).
 """
 NOT_SEARCHED = """\
@@ -38,7 +38,7 @@ NOT_SEARCHED = """\
 """
 NO_GPU = """\
 - The trainer's input pipeline on a GPU host (pinned batches copied to the device while
-  the step runs): this machine has none; (b) measures batches on the CPU.
+  the step runs): this machine has none; part `input` measures batches on the CPU.
 """
 
 
@@ -46,7 +46,7 @@ def not_done(results: dict[str, Any]) -> str:
     """The closing section: what this machine or this run did not measure."""
     profiled = any("profile" in s for s in results["scales"].values())
     gaps = ("" if profiled else NOT_PROFILED) + ("" if results.get("crossover") else NOT_SEARCHED) + NO_GPU
-    return "## Not measured yet (issue 10)\n\n" + gaps
+    return "## Not measured yet\n\n" + gaps
 
 
 def _fmt(s: dict | None, unit: str = "", digits: int = 2) -> str:
@@ -186,7 +186,7 @@ def _pairs(results: dict[str, Any], part: str) -> list[tuple[int, int, dict, dic
 
 
 LOCAL_JVM = "local mode: driver and executor in one JVM"
-# (key, what, bound, a memory ratio, judged as a target). Section (a)'s local-mode peaks
+# (key, what, bound, a memory ratio, judged as a target). Part `spark`'s local-mode peaks
 # are shown beside the drivers' for comparison, not judged: in one JVM they measure the
 # executor's buffers as much as the driver.
 SCALING_CHECKS = {
@@ -384,7 +384,7 @@ def _heaps(results: dict[str, Any], part: str) -> str:
 
 def _spark_section(results: dict[str, Any]) -> list[str]:
     out = [
-        "## (a) Preparation against the floor",
+        "## `spark`: preparation against the floor",
         "",
         "Five `spark-submit`s as `SparkStageOperator` builds them (validate, preprocess, sample, "
         "fit_transform, export_shards) against one `spark-submit` that reads the same raw CSV "
@@ -459,7 +459,7 @@ def _spark_section(results: dict[str, Any]) -> list[str]:
 
 
 def _driver_section(results: dict[str, Any]) -> list[str]:
-    """(a'') The driver's memory alone, in client mode on a standalone cluster."""
+    """Part `driver`: the driver's memory alone, in client mode on a standalone cluster."""
     measured = sorted(
         ((int(rows), scale["driver"]) for rows, scale in results["scales"].items() if scale.get("driver")),
         key=lambda measured_at: measured_at[0],
@@ -468,11 +468,11 @@ def _driver_section(results: dict[str, Any]) -> list[str]:
         return []
     first = measured[0][1]
     out = [
-        "## (a'') The driver's memory alone (client mode on a standalone cluster)",
+        "## `driver`: the driver's memory alone (client mode on a standalone cluster)",
         "",
-        "In local mode (section (a)) the driver JVM is also the only executor, so a submission's peak "
+        "In local mode (part `spark`) the driver JVM is also the only executor, so a submission's peak "
         "is as much the executor's shuffle and sort buffers as the driver's. Here the same five stages, "
-        "the two fused submissions and an empty submission, built by the operator as in (a), run "
+        "the two fused submissions and an empty submission, built by the operator as in part `spark`, run "
         f"against a standalone master and one worker on loopback (`hadoop/cluster.py`, `{first['master']}`), "
         "in client mode: the submission's process tree (launcher, driver JVM, Python driver) is the "
         "driver alone; the executor, a child of the worker, is sampled apart (every 50 ms, its process "
@@ -480,7 +480,7 @@ def _driver_section(results: dict[str, Any]) -> list[str]:
         "Median of the repetitions; the stages' peak is the largest of the five.",
         "",
         "| rows | staged driver peak | staged executor peak | fused driver peak | fused executor peak "
-        "| empty submission's driver | staged time | fused time | same row counts as (a) |",
+        "| empty submission's driver | staged time | fused time | same row counts as part `spark` |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for rows, d in measured:
@@ -550,7 +550,7 @@ def _small_day_section(results: dict[str, Any]) -> list[str]:
         )
 
     return [
-        "## (e) A small day: start-up against work",
+        "## `small`: a small day, start-up against work",
         "",
         f"One generated day of {small['rows']:,} flights (a demo day's size), its five stages run "
         "as the DAG the spec builds runs them (`spark_prep.run_dag`), several ways per repetition, "
@@ -560,7 +560,7 @@ def _small_day_section(results: dict[str, Any]) -> list[str]:
         "Spark session, such as a Spark Connect server, would cost per day less its request "
         "overhead), and one empty submission (session start and stop). The window's stages run "
         'in the Airflow worker without Spark (docs/PIPELINE.md "Where the stages run"), measured '
-        "as part (g) measures a Python task: its `execute` alone. *Spark* sums the submissions; "
+        "as part `window` measures a Python task: its `execute` alone. *Spark* sums the submissions; "
         "*all tasks* adds the worker's. Ratios per repetition, then their median. Both ways wrote "
         f"the same row accounting per stage: {small['same_row_counts']}." + _startup_note(small),
         "",
@@ -588,7 +588,7 @@ def _small_day_section(results: dict[str, Any]) -> list[str]:
         ),
         "",
         f"Fused against separate, all tasks: {_fmt(small['fused_vs_separate'], 'x')} of the wall time. "
-        "The fused Spark time is the daily submission's alone; (f) shows where it goes.",
+        "The fused Spark time is the daily submission's alone; part `profile` shows where it goes.",
     ]
 
 
@@ -661,18 +661,18 @@ def _profile_section(results: dict[str, Any]) -> list[str]:
     for rows, scale in results["scales"].items():
         if prof := scale.get("profile"):
             subs = prof["submissions"]
-            # A profile whose window stages ran as a submission measured them as (a) runs them.
+            # A profile whose window stages ran as a submission measured them as part `spark` runs them.
             submitted = [n for n, x in subs.items() if x.get("kind") != "python" and "fit_transform" in n]
-            how = f" ({submitted[0]} submitted to Spark, as (a) submits it)" if submitted else ""
+            how = f" ({submitted[0]} submitted to Spark, as part `spark` submits it)" if submitted else ""
             tables += _profile_table(f"At {int(rows):,} rows{how}:", subs)
     if not tables:
         return []
     return [
-        "## (f) Where the fused tasks' time goes (py-spy and the event log)",
+        "## `profile`: where the fused tasks' time goes (py-spy and the event log)",
         "",
         "`benchmarks/day_profile.py`: the fused DAG's tasks for the day; a spark-submit once under "
         "`py-spy record --idle` and with Spark's event log, a task the DAG runs in the Airflow worker "
-        "(no Spark) timed as (g) times it (its `execute`). For a submission, "
+        "(no Spark) timed as part `window` times it (its `execute`). For a submission, "
         "the Python driver's main thread, wall clock. *In jobs*: the union of "
         "the stage's Spark jobs (each tagged with its `lakeprep.stage` local property); *JVM outside "
         "jobs*: the stage's waits on py4j less its jobs (analysis, optimisation, code generation, the "
@@ -688,7 +688,7 @@ def _passes_section(results: dict[str, Any]) -> list[str]:
     if not rows_with:
         return []
     out = [
-        "## (a') What each submission reads and writes (Spark event log)",
+        "## `passes`: what each submission reads and writes (Spark event log)",
         "",
         "One extra pass with `spark.eventLog.enabled` (not in the timings above): jobs, tasks and the "
         "task metrics summed over the submission. *Reads* = input bytes read by its tasks / its input "
@@ -750,7 +750,7 @@ def _call_sites_table(passes: dict[str, Any]) -> list[str]:
 
 def _input_section(results: dict[str, Any]) -> list[str]:
     out = [
-        "## (b) The trainer's input pipeline",
+        "## `input`: the trainer's input pipeline",
         "",
         "Rows per second from the export's shards (all three splits, the manifest's batch size) into "
         "batches; each reader in a fresh process per repetition, readers rotating within a repetition, "
@@ -815,7 +815,7 @@ def _parse_section(results: dict[str, Any]) -> list[str]:
     if not (parse := results.get("dag_parse")):
         return []
     out = [
-        "## (c) DAG parse time of `dags/lakeprep_datasets.py`",
+        "## `parse`: DAG parse time of `dags/lakeprep_datasets.py`",
         "",
         "As the DAG processor spends it (`benchmarks/dag_parse.py`): `airflow.*` modules pre-imported "
         "in a warm parent, then per repetition a forked child builds `BundleDagBag(file)` and "
@@ -856,7 +856,7 @@ def _window_section(results: dict[str, Any]) -> list[str]:
     if not rows_with:
         return []
     out = [
-        "## (g) Each day's work done once: a run at an N-day window against 1 day",
+        "## `window`: each day's work done once, a run at an N-day window against 1 day",
         "",
         "`benchmarks/window.py`: the run's day through the daily tasks, then the window tasks of "
         "the DAG the spec builds at each window length (days landed and prepared once, each day "
@@ -922,12 +922,12 @@ def _single_node_section(results: dict[str, Any]) -> list[str]:
     if not rows_with:
         return []
     out = [
-        "## (d) The same preparation written the obvious way, on one node",
+        "## `single_node`: the same preparation written the obvious way, on one node",
         "",
         "`benchmarks/single_node.py`: read, type, drop null labels, join weather and planes, split by "
         "a hash of the id, sample, impute and standardize (train statistics), hash categoricals, write "
         "zstd Parquet per split. Wall time of the whole process (imports included) and its peak RSS, "
-        "beside (a)'s numbers of the same run. The targets above give the row count at which each "
+        "beside part `spark`'s numbers of the same run. The targets above give the row count at which each "
         f"single-node version's peak RSS reaches the {MEMORY_BUDGET_MB / 1024:g} GiB budget, "
         + (
             "searched (below)."

@@ -6,7 +6,7 @@ For a change inside a stage: both versions run the stage's `run` alternately in 
 local Spark session (`local[2]`, the spec's `spark.conf`, the harness's driver heap), on
 the same committed input partition of a generated lake, each committing to a scratch
 partition of its own, so start-up, the page cache and the machine's load hit both alike.
-What the section (a) tables cannot show (one submission per stage, its start-up and the
+What part `spark`'s tables cannot show (one submission per stage, its start-up and the
 machine's noise around it), this does: the stage's own cost before and after, as a ratio
 per repetition (after / before), wall and CPU time (the driver's JVM and Python).
 

@@ -154,16 +154,16 @@ def test_the_committed_results_render(tmp_path):
     report.write(results, tmp_path)
     text = (tmp_path / "RESULTS.md").read_text()
     for part, heading in (
-        ("spark", "## (a) Preparation against the floor"),
-        ("passes", "## (a') What each submission reads and writes"),
-        ("driver", "## (a'') The driver's memory alone"),
-        ("input", "## (b) The trainer's input pipeline"),
-        ("single_node", "## (d) The same preparation written the obvious way"),
+        ("spark", "## `spark`: preparation against the floor"),
+        ("passes", "## `passes`: what each submission reads and writes"),
+        ("driver", "## `driver`: the driver's memory alone"),
+        ("input", "## `input`: the trainer's input pipeline"),
+        ("single_node", "## `single_node`: the same preparation written the obvious way"),
     ):
         assert any(part in s for s in results["scales"].values()) == (heading in text), part
-    assert ("dag_parse" in results) == ("## (c) DAG parse time" in text)
+    assert ("dag_parse" in results) == ("## `parse`: DAG parse time" in text)
     if small := results.get("small_day"):
-        assert "## (e) A small day: start-up against work" in text
+        assert "## `small`: a small day, start-up against work" in text
         v = small["fused_spark_vs_empty"]["median"]
         assert f"its Spark time (one submission) within 2x of one empty submission | {v:.1f}x" in text
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -27,16 +27,17 @@ def test_each_committed_table_names_the_command_that_measured_it(tmp_path):
     header = text.split("## Targets", 1)[0]
     assert "- machine: " in header and "pyspark " in header and "- command:" not in header
     sections = _sections(text)
-    measured = [h for h in sections if h.startswith("## (")]
+    measured = [h for h in sections if h.startswith("## `")]
     assert len(measured) == 9, measured
     for heading in measured:
         assert "\nMeasured by" in sections[heading], heading
     # The 16 M spark figures name the run that measured them, not the file's first run.
     run = results["scales"]["16000000"]["spark"]["run"]
     command = results["merged_commands"][run]
-    spark = sections["## (a) Preparation against the floor"]
-    assert f"- `{command}` on {run[:10]}: 1,000,000 rows, 4,000,000 rows, 16,000,000 rows" in spark
-    parse = sections["## (c) DAG parse time of `dags/lakeprep_datasets.py`"]
+    spark = sections["## `spark`: preparation against the floor"]
+    (line,) = [li for li in spark.splitlines() if li.startswith(f"- `{command}` on {run[:10]}: ")]
+    assert "16,000,000 rows" in line.split(": ", 1)[1].split(", ")
+    parse = sections["## `parse`: DAG parse time of `dags/lakeprep_datasets.py`"]
     started = results["merged_parts"]["dag_parse"]
     assert f"Measured by `{results['merged_commands'][started]}` on {started[:10]}." in parse
 
@@ -99,7 +100,7 @@ def test_a_merged_run_replaces_the_command_of_the_run_it_replaced(tmp_path):
     second = merge("2027-02-02T10:00:00+00:00", "python -m benchmarks --only parse --out second")
     assert "2027-02-01T10:00:00+00:00" not in second["merged_commands"]
     parse = _sections((tmp_path / "RESULTS.md").read_text())[
-        "## (c) DAG parse time of `dags/lakeprep_datasets.py`"
+        "## `parse`: DAG parse time of `dags/lakeprep_datasets.py`"
     ]
     assert "Measured by `python -m benchmarks --only parse --out second` on 2027-02-02." in parse
     assert "--out first" not in (tmp_path / "RESULTS.md").read_text()

@@ -49,5 +49,5 @@ def test_the_driver_part_samples_each_driver_and_its_executor_apart(hdfs_spark_c
     # The cluster the session started is left as it was found: still up.
     assert all(row["up"] for row in cluster_module.status().values())
     text = (out / "RESULTS.md").read_text()
-    assert "## (a'') The driver's memory alone (client mode on a standalone cluster)" in text
+    assert "## `driver`: the driver's memory alone (client mode on a standalone cluster)" in text
     assert f"| {ROWS:,} | {part['staged_driver_peak_rss_mb']['median']:.0f} MB |" in text
