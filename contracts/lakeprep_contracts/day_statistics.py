@@ -34,10 +34,22 @@ CROSS_PARTS = ("product", "error", "alone", "neither")
 
 
 def cross_key(part: str, a: str, b: str) -> str:
-    """The moments name of one cross term of numerics `a` and `b` (PCA's covariance)."""
+    """The moments name of one cross term of numerics `a` and `b` (PCA's covariance), or of
+    a numeric and a continuous label's `TARGET` (F-regression's sum of products)."""
     if part not in CROSS_PARTS:
         raise ValueError(f"cross part {part!r} must be one of {CROSS_PARTS}")
     return f"__{part}__{json.dumps([a, b])}"
+
+
+def target_cross_keys(name: str) -> tuple[str, str, str]:
+    """The moments names of numeric `name` with the target: the product where `name` is
+    present and its rounding error (Dekker's two parts, exact together), and the target
+    where `name` is missing (the target is never missing: validate quarantines that)."""
+    return (
+        cross_key("product", name, TARGET),
+        cross_key("error", name, TARGET),
+        cross_key("alone", TARGET, name),
+    )
 
 
 def profile_of(
@@ -47,10 +59,12 @@ def profile_of(
     *,
     cross_products: bool,
     target: bool = False,
+    target_products: bool = False,
 ) -> dict[str, Any]:
     """What a day profiles, from the fit's per-feature settings (`column_transforms`);
-    `target`: the moments of a continuous label's value too (the key only when asked, so a
-    profile of classes is the one it always was)."""
+    `target`: the moments of a continuous label's value too, `target_products`: each
+    numeric's products with it (F-regression). Each key only when asked, so a profile of
+    classes is the one it always was."""
     return {
         "numeric": [c["name"] for c in numeric],
         "categorical": [
@@ -72,6 +86,7 @@ def profile_of(
         ],
         "cross_products": bool(cross_products),
         **({"target": True} if target else {}),
+        **({"target_products": True} if target_products else {}),
     }
 
 
@@ -133,6 +148,8 @@ def check_profiles(docs: Sequence[tuple[str, Mapping[str, Any]]], wanted: Mappin
             missing.append("the numerics' cross products (PCA)")
         if wanted.get("target") and not have.get("target"):
             missing.append("the continuous label's target")
+        if wanted.get("target_products") and not have.get("target_products"):
+            missing.append("the numerics' products with the continuous label's target (F-regression)")
         if missing:
             stale.append(f"{where} (lacks {', '.join(missing)})")
     if stale:
@@ -161,6 +178,8 @@ def merge(
         partitions=[where for where, _ in docs],
     )
     cross_names = sorted(set(_cross_names(names))) if profile["cross_products"] else []
+    if profile.get("target_products"):
+        cross_names += [key for n in names for key in target_cross_keys(n)]
     if profile.get("target"):
         out.target = EMPTY
     for _, doc in docs:
@@ -218,6 +237,13 @@ def cross_sum(stats: SplitStatistics, a: str, b: str, fill_a: float, fill_b: flo
         + fa * stats.cross[cross_key("alone", b, a)].total
         + fa * fb * stats.cross[cross_key("neither", a, b)].count
     )
+
+
+def target_cross_sum(stats: SplitStatistics, name: str, fill: float) -> Fraction:
+    """The exact sum over the split's rows of imputed(name) * target: the products where
+    `name` is present, plus its fill times the target where it is missing."""
+    product, error, alone = (stats.cross[key] for key in target_cross_keys(name))
+    return product.total + error.total + Fraction(fill) * alone.total
 
 
 def weighted_items(numeric: NumericStatistics) -> list[tuple[float, Fraction]]:

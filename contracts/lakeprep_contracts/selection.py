@@ -6,7 +6,9 @@ computed from exact sums instead of rows (docs/TRANSFORM.md, "Selection and PCA"
 
 - an encoded numeric is `z = (x - center) / scale` of the imputed column x, so its mean
   and variance follow from x's exact sums; ANOVA F and F-regression are invariant under
-  that map, so they use x's per-class sums directly;
+  that map, so they use x's per-class sums directly; against a continuous label,
+  F-regression uses the target's exact moments and the exact sum of x * target
+  (`day_statistics.target_cross_sum`);
 - the chi-squared table of a categorical counts its encoded ids per class: each day's
   value (or hashed id) counts per class, mapped through the fitted vocabulary;
 - PCA's covariance of the encoded inputs comes from the exact sums of the pairs'
@@ -21,8 +23,8 @@ from collections import Counter
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import layout
-from lakeprep_contracts.day_statistics import SplitStatistics, cross_sum
+from lakeprep_contracts import labels, layout
+from lakeprep_contracts.day_statistics import SplitStatistics, cross_sum, target_cross_keys, target_cross_sum
 from lakeprep_contracts.moments import to_float
 from lakeprep_contracts.window_fit import (
     CHI_SQUARED_MAX_CATEGORIES,
@@ -158,15 +160,35 @@ def anova_f(stats: SplitStatistics, entry: dict[str, Any]) -> tuple[float, float
 def f_regression(stats: SplitStatistics, entry: dict[str, Any]) -> tuple[float, float, int]:
     """(F, p-value, degrees of freedom n - 2) of Spark's FValueTest: the squared
     correlation with the label (the class value as a number)."""
-    from scipy.stats import f as f_dist
-
     sums = _class_sums(stats, entry)
-    n = sum(r for r, _, _ in sums.values())
-    sx = sum(s for _, s, _ in sums.values())
-    sxx = sum(q for _, _, q in sums.values())
     sy = sum(Fraction(label) * r for label, (r, _, _) in sums.items())
     syy = sum(Fraction(label) ** 2 * r for label, (r, _, _) in sums.items())
     sxy = sum(Fraction(label) * s for label, (_, s, _) in sums.items())
+    return _f_value(sums, sy, syy, sxy)
+
+
+def f_regression_target(stats: SplitStatistics, entry: dict[str, Any]) -> tuple[float, float, int]:
+    """`f_regression` against a continuous label's value (the rows' `target`), from its exact
+    moments and the exact sum of the imputed feature times it."""
+    target = stats.target
+    if target is None or any(key not in stats.cross for key in target_cross_keys(entry["name"])):
+        raise FitError(
+            f"numeric {entry['name']!r}: F-regression against the continuous label needs the days' "
+            "target moments and products; rerun `sample` for the window's days"
+        )
+    sxy = target_cross_sum(stats, entry["name"], entry["fill"])
+    return _f_value(_class_sums(stats, entry), target.total, target.squares, sxy)
+
+
+def _f_value(
+    sums: dict[str, tuple[int, Fraction, Fraction]], sy: Fraction, syy: Fraction, sxy: Fraction
+) -> tuple[float, float, int]:
+    """F = r² / (1 - r²) * (n - 2) of the feature's per-class sums and the label's sums."""
+    from scipy.stats import f as f_dist
+
+    n = sum(r for r, _, _ in sums.values())
+    sx = sum(s for _, s, _ in sums.values())
+    sxx = sum(q for _, _, q in sums.values())
     dof = n - 2
     vx, vy = n * sxx - sx * sx, n * syy - sy * sy
     if dof <= 0 or vx == 0 or vy == 0:
@@ -268,7 +290,12 @@ def univariate_selection(
     warnings: list[str] = []
     scores: list[dict] = []
     kept: set[str] = set()
-    numeric_test = ("anova_f", anova_f) if label_type == "categorical" else ("f_regression", f_regression)
+    if label_type == "categorical":
+        numeric_test = ("anova_f", anova_f)
+    elif p.label_type == labels.CONTINUOUS:  # against the value itself, not its bins
+        numeric_test = ("f_regression", f_regression_target)
+    else:
+        numeric_test = ("f_regression", f_regression)
     families = [(numeric_test[0], [(e, numeric_test[1](stats, e)) for e in numeric])]
     if label_type == "categorical":
         tested = []

@@ -109,6 +109,13 @@ class FitParams:
             raise ValueError(
                 f"selector_label_type {self.selector_label_type!r} must be one of {list(LABEL_TYPES)}"
             )
+        continuous = self.label_type == labels.CONTINUOUS
+        if continuous and self.selector_mode is not None and self.selector_label_type != "continuous":
+            raise ValueError(
+                f"selector_label_type {self.selector_label_type!r} with label_type {labels.CONTINUOUS!r}: "
+                "the univariate tests of a continuous label are F-regression against its value; "
+                "set selector_label_type 'continuous'"
+            )
         if self.pca_components is not None and self.pca_variance is not None:
             raise ValueError(
                 f"pca_components {self.pca_components!r} and pca_variance {self.pca_variance!r} are "
@@ -168,8 +175,14 @@ class FitError(ValueError):
 
 def profile(p: FitParams) -> dict[str, Any]:
     """What each day must profile for this fit (`sample`'s `fit_profile` param)."""
+    continuous = p.label_type == labels.CONTINUOUS
     return profile_of(
-        p.numeric, p.categorical, p.text, cross_products=p.pca, target=p.label_type == labels.CONTINUOUS
+        p.numeric,
+        p.categorical,
+        p.text,
+        cross_products=p.pca,
+        target=continuous,
+        target_products=continuous and p.selector_mode is not None,
     )
 
 

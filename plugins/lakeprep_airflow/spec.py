@@ -400,11 +400,6 @@ _CONTINUOUS_REFUSALS: tuple[tuple[str, Any, str], ...] = (
     ),
     ("stages.balance.augment", lambda v: v == "smote", "SMOTE interpolates within a class; use 'jitter'"),
     (
-        "stages.fit_transform.selector_mode",
-        lambda v: v is not None,
-        "univariate selection of a continuous label (F-regression) is not implemented; set null",
-    ),
-    (
         "stages.export_shards.shards",
         lambda v: v == "encoded",
         "encoded shards do not carry the target; use 'prepared'",
@@ -790,8 +785,12 @@ def _validate_params(spec: DatasetSpec) -> dict[str, Any]:
             if labels.is_continuous(label)
             else {"label_classes": label["classes"]}
         ),
-        # `_stats.json` profiles the features validate has (reference columns join later).
-        "stats_kinds": {c["name"]: c["role"] for c in own if c["role"] in FEATURE_ROLES},
+        # `_stats.json` profiles the features validate has (reference columns join later), and
+        # a continuous label's value, which check_drift judges against the window's as a numeric.
+        "stats_kinds": {
+            **{c["name"]: c["role"] for c in own if c["role"] in FEATURE_ROLES},
+            **({label["column"]: "numeric"} if labels.is_continuous(label) else {}),
+        },
     }
 
 
@@ -924,20 +923,24 @@ def _fit_profile(spec: DatasetSpec) -> dict[str, Any]:
     fit = spec.stages["fit_transform"]
     pca = fit.get("pca_components") is not None or fit.get("pca_variance") is not None
     columns = column_transforms(spec)
+    continuous = labels.is_continuous(spec.data["label"])
     return profile_of(
         columns["numeric"],
         columns["categorical"],
         columns["text"],
         cross_products=pca,
-        target=labels.is_continuous(spec.data["label"]),
+        target=continuous,
+        # F-regression against the target needs each numeric's products with it.
+        target_products=continuous and fit["selector_mode"] is not None,
     )
 
 
 def _fit_label(label: dict[str, Any]) -> dict[str, Any]:
     """The fit's label knobs: a continuous label's type (the transform standardises its
-    target), or named classes' id -> class map; nothing for integer classes."""
+    target, and univariate selection tests the numerics against it by F-regression), or
+    named classes' id -> class map; nothing for integer classes."""
     if labels.is_continuous(label):
-        return {"label_type": labels.CONTINUOUS}
+        return {"label_type": labels.CONTINUOUS, "selector_label_type": "continuous"}
     return {"label_names": names} if (names := labels.names(label["classes"])) else {}
 
 

@@ -21,7 +21,10 @@ then merges the days' documents (`lakeprep_contracts.day_statistics`,
   trained on the window (`tokenizer_model`), the count of each word of its kept text
   (lower-cased, split as RegexTokenizer splits: `lakeprep_contracts.text.TOKENIZER`);
 - with a continuous label (`target` in the profile), the exact moments of its value (the
-  rows' `target`), from which the window's fit standardises the target;
+  rows' `target`), from which the window's fit standardises the target; with univariate
+  selection too (`target_products`), for each numeric the exact sum of its products with
+  the target where it is present, and of the target where it is missing: F-regression's
+  sum of products of the imputed feature and the target follows exactly for any fill;
 - with PCA (`cross_products`), for each pair of numerics the exact sum of their
   products where both are present, and of each where the other is missing: the
   covariance of the imputed features follows exactly for any fill.
@@ -44,6 +47,7 @@ from lakeprep_contracts.day_statistics import (
     TARGET,
     counts_tokens,
     cross_key,
+    target_cross_keys,
 )
 from lakeprep_contracts.text import TOKENIZER
 from lakeprep_jobs.exact_sums import exact_moments_by
@@ -100,6 +104,15 @@ def numeric_values(df: DataFrame, profile: dict[str, Any]) -> dict[str, Column]:
     if profile.get("target"):
         # A continuous label's value: preprocess wrote it finite (validate quarantined the rest).
         values[TARGET] = F.col(labels.TARGET).cast("double")
+    if profile.get("target_products"):
+        y = F.col(labels.TARGET).cast("double")
+        for name in profile["numeric"]:
+            x = _value(name)
+            p, e = _product_parts(x, y)
+            product, error, alone = target_cross_keys(name)
+            values[product] = F.when(x.isNotNull(), p)
+            values[error] = F.when(x.isNotNull(), e)
+            values[alone] = F.when(x.isNull(), y)
     if profile.get("cross_products"):
         for a, b in combinations(profile["numeric"], 2):
             x, y = _value(a), _value(b)

@@ -33,6 +33,8 @@ def test_each_stage_gets_the_label_as_a_number_or_its_bins():
         s: stage_params(spec, s, lake_root="file:///l", ds="2024-01-03", run_id="r") for s in DAILY_STAGES
     }
     assert params["validate"]["label_type"] == "continuous" and "label_classes" not in params["validate"]
+    # Validate profiles the label's values as a numeric, for check_drift.
+    assert params["validate"]["stats_kinds"]["progression"] == "numeric"
     assert params["preprocess"]["label_bins"] == 4 and "label_classes" not in params["preprocess"]
     # Sampling counts the bins as classes.
     assert params["sample"]["label_classes"] == [0, 1, 2, 3]
@@ -84,10 +86,6 @@ def _set(path: str, value):
         ),
         (_set("stages.balance.augment", "smote"), r"stages\.balance\.augment 'smote' is refused"),
         (
-            _set("stages.fit_transform.selector_mode", "numTopFeatures"),
-            r"selector_mode .* \(F-regression\) is not implemented",
-        ),
-        (
             _set("stages.export_shards.shards", "encoded"),
             r"stages\.export_shards\.shards 'encoded' is refused",
         ),
@@ -114,3 +112,21 @@ def test_bins_are_refused_for_a_label_of_classes(tmp_path):
     (tmp_path / "iris.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(SpecError, match=r"label\.bins applies to label\.type 'continuous' only"):
         load_spec(tmp_path / "iris.yaml")
+
+
+def test_univariate_selection_of_a_continuous_label_is_f_regression_against_its_value(tmp_path):
+    spec = load_spec(write(tmp_path, _set("stages.fit_transform.selector_mode", "numTopFeatures")))
+    fit = stage_params(spec, "fit_transform", lake_root="file:///l", ds="2024-01-03", run_id="r")
+    assert (fit["selector_mode"], fit["selector_label_type"]) == ("numTopFeatures", "continuous")
+    assert common.params_from(FitParams, fit).selector_label_type == "continuous"
+    # Each day records the numerics' products with the target; without selection it does not.
+    sample = stage_params(spec, "sample", lake_root="file:///l", ds="2024-01-03", run_id="r")
+    assert sample["fit_profile"]["target_products"] is True and sample["fit_profile"]["target"] is True
+    plain = stage_params(load_spec(DIABETES), "sample", lake_root="file:///l", ds="2024-01-03", run_id="r")
+    assert "target_products" not in plain["fit_profile"]
+
+
+def test_a_label_of_classes_is_not_profiled_for_drift():
+    iris = load_spec(REPO / "tests" / "data" / "pipelines" / "iris.yaml")
+    kinds = stage_params(iris, "validate", lake_root="file:///l", ds="2024-01-03", run_id="r")["stats_kinds"]
+    assert "species" not in kinds

@@ -235,3 +235,29 @@ def test_a_regression_trains_on_the_export_and_predict_prints_values_on_the_labe
     )
     for i in tested:
         assert by_id[i] == pytest.approx(evaluated["outputs"][i], rel=1e-5, abs=1e-4), i
+
+
+def test_check_drift_judges_the_days_label_values_against_the_windows_by_psi(diabetes_lake):
+    from lakeprep_airflow.operators.drift import DriftCheckOperator
+    from tests.data import diabetes
+
+    root, reports = diabetes_lake
+    for day in diabetes.DAYS:
+        stats = json.loads((_partition(root, "validate", day) / "_stats.json").read_text())
+        label = stats["columns"]["progression"]
+        values = [float(v) for v in _raw_targets(root, day).values() if v != NOT_A_NUMBER]
+        assert (label["kind"], label["count"], label["nulls"]) == ("numeric", len(values), 0), day
+        assert label["mean"] == pytest.approx(statistics.fmean(values), rel=1e-12), day
+        assert (label["min"], label["max"]) == (min(values), max(values)), day
+    op = DriftCheckOperator(
+        task_id="check_drift", spec_path=str(DIABETES), lake_root=f"file://{root}", run_ds="{{ ds }}"
+    )
+    context = {"ds": diabetes.DAYS[-1], "run_id": "t"}
+    op.render_template_fields(context)
+    report = op.execute(context)
+    feature = report["features"]["progression"]  # the label, judged last
+    assert list(report["features"])[-1] == "progression"
+    assert (feature["kind"], feature["metric"], feature["reference_days"]) == ("numeric", "psi", 2)
+    # Patients dealt to days in turn: the third day's progression is distributed as the first two's.
+    assert feature["status"] == "ok" and feature["value"] < feature["threshold"]
+    assert feature["rows"] == reports[diabetes.DAYS[-1]]["validate"]["rows_out"]

@@ -83,3 +83,70 @@ def test_a_constant_target_is_refused_naming_the_label(spark):
         FitError, match=r"label 'y' is continuous but takes one value \(7\.5\) on the window's 8"
     ):
         window_fit.fit(day_statistics.merge([(DAYS[0], doc)], "train", window_fit.profile(p)), p)
+
+
+def test_f_regression_against_the_target_from_merged_days_is_that_of_the_union_of_their_rows(spark):
+    """Univariate selection of a continuous label: each numeric's F against the target, from
+    the days' exact sums of its products with the target, is scikit-learn's f_regression on
+    the union's imputed train rows, and keeps what Spark ML's UnivariateFeatureSelector
+    (continuous features and label, fpr) keeps; one numeric follows the target, one is noise."""
+    import numpy as np
+    from pyspark.ml.feature import UnivariateFeatureSelector, VectorAssembler
+    from pyspark.sql import functions as F
+    from sklearn.feature_selection import f_regression
+
+    schema = (
+        "id string, label int, target double, x double, noise double, c string, t array<string>, split string"
+    )
+    names = ("x", "noise")
+    numerics = [{"name": n, "scaling": "standard", "impute": "mean", "clip_quantiles": None} for n in names]
+    p = params(numeric=numerics, selector_mode="fpr", selector_label_type="continuous")
+    assert window_fit.profile(p)["target_products"] is True
+    rng = random.Random(11)
+    frames = []
+    for s, (d, n) in enumerate(zip(DAYS, (90, 70, 80), strict=True)):
+        rows = [r[:4] + (None if rng.random() < 0.15 else rng.gauss(0, 1),) + r[4:] for r in day(d, n, s)]
+        frames.append(spark.createDataFrame(rows, schema))
+    docs = [
+        (d, split_statistics(f, window_fit.profile(p), p.label_classes))
+        for d, f in zip(DAYS, frames, strict=True)
+    ]
+    doc, _ = window_fit.fit(day_statistics.merge(docs, "train", window_fit.profile(p)), p)
+    union = frames[0].unionByName(frames[1]).unionByName(frames[2]).filter("split = 'train'")
+    direct, _ = fit_transform.fit(union, p, rows=union.count(), partitions=list(DAYS))
+    assert direct["selection"] == doc["selection"]
+    assert doc["selection"]["univariate"]["label_type"] == "continuous"
+    scores = {s["name"]: s for s in doc["selection"]["univariate"]["scores"]}
+    # The same rows imputed as the fit imputes them (the train mean of each).
+    means = union.agg(*[F.avg(n).alias(n) for n in names]).first().asDict()
+    rows = union.select("target", *[F.coalesce(F.col(n), F.lit(means[n])).alias(n) for n in names]).collect()
+    features = np.array([[r[n] for n in names] for r in rows])
+    statistic, p_values = f_regression(features, np.array([r["target"] for r in rows]))
+    for i, name in enumerate(names):
+        assert scores[name]["test"] == "f_regression" and scores[name]["degrees_of_freedom"] == len(rows) - 2
+        assert scores[name]["statistic"] == pytest.approx(statistic[i], rel=1e-6), name
+        # p-values near 1e-61: compared by their logarithm (F's last digits move them).
+        assert math.log(scores[name]["p_value"]) == pytest.approx(math.log(p_values[i]), rel=1e-6), name
+    assert [e["fill"] for e in doc["numeric"]] == [pytest.approx(means["x"], rel=1e-15)]
+    assert [e["name"] for e in doc["numeric"]] == ["x"] and not scores["noise"]["kept"]
+    assert {d["name"]: d["reason"] for d in doc["dropped"]}["noise"].startswith("F-regression p-value")
+    imputed = spark.createDataFrame(
+        [(float(r["target"]), *map(float, f)) for r, f in zip(rows, features, strict=True)],
+        "target double, x double, noise double",
+    )
+    selector = UnivariateFeatureSelector(featuresCol="v", labelCol="target", selectionMode="fpr")
+    selector.setFeatureType("continuous").setLabelType("continuous").setSelectionThreshold(0.05)
+    vectors = VectorAssembler(inputCols=list(names), outputCol="v").transform(imputed)
+    assert [names[i] for i in selector.fit(vectors).selectedFeatures] == ["x"]
+
+
+def test_days_profiled_without_the_targets_products_are_named_when_selection_needs_them(spark):
+    p = params(selector_mode="fpr", selector_label_type="continuous")
+    frame = spark.createDataFrame(day(DAYS[0], 40, 1), SCHEMA)
+    stale = split_statistics(frame, window_fit.profile(params()), p.label_classes)
+    with pytest.raises(
+        StatisticsError, match=r"products with the continuous label's target \(F-regression\)"
+    ):
+        day_statistics.merge([(DAYS[0], stale)], "train", window_fit.profile(p))
+    with pytest.raises(ValueError, match=r"selector_label_type 'categorical' with label_type 'continuous'"):
+        params(selector_mode="fpr")
