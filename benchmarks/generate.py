@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from benchmarks.environment import put_sources_on_path
+from lakeprep_contracts import layout
 
 DS = "2013-01-01"  # the partition's date (the spec's start_date: nothing before it is expected)
 ROWS_PER_FILE = 500_000  # several part files per big partition, as a feed splits them
@@ -108,7 +109,7 @@ def land(
         "rows_per_file": rows_per_file,
         "version": GENERATOR_VERSION,
     }
-    if meta_path.is_file() and (partition / "_SUCCESS").is_file():
+    if meta_path.is_file() and (partition / layout.SUCCESS).is_file():
         meta = json.loads(meta_path.read_text())
         if {k: meta.get(k) for k in wanted} == wanted:
             return meta
@@ -127,13 +128,13 @@ def land(
         part = partition / f"part-{i:05d}.csv"
         _write_csv(table.slice(i * per_file, per_file), part)
         files.append(part)
-    (partition / "_SUCCESS").write_bytes(b"")
+    (partition / layout.SUCCESS).write_bytes(b"")
     weather = _as_nullable_ints(load_table("weather"), ["year", "month", "day", "hour"])
     for name, frame in (("weather", weather), ("planes", load_table("planes"))):
         ref = lake / "reference" / name
         ref.mkdir(parents=True, exist_ok=True)
         frame.to_csv(ref / "part-00000.csv", index=False)
-        (ref / "_SUCCESS").write_bytes(b"")
+        (ref / layout.SUCCESS).write_bytes(b"")
     label_null = table.column("arr_delay").null_count
     meta = {
         **wanted,

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmarks.environment import put_sources_on_path
 from benchmarks.measure import emit_result
+from lakeprep_contracts import layout
 
 if TYPE_CHECKING:
     import numpy as np
@@ -249,8 +250,8 @@ def write_pair(export_manifest: str, out: Path, seed: int = 0) -> tuple[str, str
         if kind == "prepared":
             copy["shard_columns"] = "prepared"
         (out / kind / raw["transform"]["uri"]).write_bytes(transform_bytes)
-        (out / kind / "manifest.json").write_text(json.dumps(copy, indent=2))
-        uris.append(f"file://{(out / kind / 'manifest.json').resolve()}")
+        (out / kind / layout.MANIFEST).write_text(json.dumps(copy, indent=2))
+        uris.append(f"file://{(out / kind / layout.MANIFEST).resolve()}")
     return uris[0], uris[1]
 
 

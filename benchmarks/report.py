@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import crossover, single_node, window
+from lakeprep_contracts import pipeline
 
 INPUT_VS_FLOOR_TARGET = 0.8
 INPUT_VS_PANDAS_TARGET = 5.0
@@ -24,7 +25,7 @@ SCALING_TARGET = 4.4  # time at 4x the rows <= this x (no worse than linear, wit
 FLAT_MEMORY_TARGET = 1.25
 MEMORY_BUDGET_MB = crossover.BUDGET_MB  # the single-node crossover: peak RSS against the budget
 READERS = ("rank_batches", "pyarrow_floor", "pandas_dataloader")
-STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")  # results.json sorts keys
+STAGES = pipeline.STAGES  # in pipeline order (results.json sorts keys)
 
 # What a run leaves unmeasured, each bullet shown while its part is missing from the results.
 NOT_PROFILED = """\

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING, Any
 from benchmarks import event_log, window
 from benchmarks.environment import FLIGHTS_SPEC, REPO, WORK, child_env, use_child_env
 from benchmarks.measure import run_child
+from lakeprep_contracts import layout, pipeline
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
 
-STAGES = ("validate", "preprocess", "sample", "fit_transform", "export_shards")
-DAILY_STAGES = STAGES[:3]  # the day's own submission (`prepare_day`): statistics and shards
+STAGES = pipeline.STAGES
+DAILY_STAGES = pipeline.DAILY_STAGES  # the day's own submission (`prepare_day`): statistics and shards
 RUN_ID = "bench__run"
 FLOOR_SCRIPT = REPO / "benchmarks" / "jobs" / "floor.py"
 EMPTY_SCRIPT = REPO / "benchmarks" / "jobs" / "empty.py"
@@ -95,7 +96,7 @@ def stage_command(stage: str, lake_root: str, ds: str) -> tuple[list[str], str]:
     use_child_env()
     op = _operator(stage, lake_root, ds)
     days = load_spec(FLIGHTS_SPEC).data["window"]["days"]
-    window = window_for(ds, days) if stage in ("fit_transform", "export_shards") else None
+    window = window_for(ds, days) if stage in pipeline.WINDOW_STAGES else None
     _, output = op.prepare_submission(RUN_ID, window)
     return op._get_hook()._build_spark_submit_command(op.application), output
 
@@ -215,7 +216,7 @@ def empty_command(lake_root: str, ds: str) -> list[str]:
 
 
 def _report(output_uri: str) -> dict[str, Any]:
-    path = Path(output_uri.removeprefix("file://")) / "_lakeprep_report.json"
+    path = Path(output_uri.removeprefix("file://")) / layout.REPORT
     return json.loads(path.read_text())
 
 

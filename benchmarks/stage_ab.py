@@ -35,6 +35,7 @@ from typing import Any
 from benchmarks import generate, spark_prep
 from benchmarks.environment import DRIVER_MEMORY, REPO, WORK, use_child_env, work_folder_lock
 from benchmarks.measure import summary
+from lakeprep_contracts import layout, pipeline
 
 
 def module_at(stage: str, commit: str) -> Any:
@@ -112,13 +113,13 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     spec = load_spec(spark_prep.FLIGHTS_SPEC)
     window = (
         spark_prep.window_for(ds, spec.data["window"]["days"])
-        if args.stage in ("fit_transform", "export_shards")
+        if args.stage in pipeline.WINDOW_STAGES
         else None
     )
     op = spark_prep._operator(args.stage, f"file://{lake}", ds)
     op.prepare_submission(spark_prep.RUN_ID, window)
     [call] = op.stage_calls
-    if not all((Path(uri.removeprefix("file://")) / "_SUCCESS").is_file() for uri in call.inputs):
+    if not all((Path(uri.removeprefix("file://")) / layout.SUCCESS).is_file() for uri in call.inputs):
         print(f"stage_ab: preparing the stages' partitions in {lake}", flush=True)
         spark_prep.run_stages(lake, ds, WORK / "stage_ab" / "logs")
     parsed = common.prepare(current.STAGE, call.argv)

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from benchmarks import generate
 from benchmarks.environment import FLIGHTS_SPEC, REPO, child_env, use_child_env
 from benchmarks.measure import child_result, emit_result, run_child, summary
+from lakeprep_contracts import layout
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -201,7 +202,7 @@ def land_days(lake: Path, rows: int, seed: int, days: Sequence[str]) -> dict[str
         d
         for d in days
         if {k: record.get(d, {}).get(k) for k in wanted} != wanted
-        or not (lake / "raw" / "flights" / f"dt={d}" / "_SUCCESS").is_file()
+        or not (lake / "raw" / "flights" / f"dt={d}" / layout.SUCCESS).is_file()
     ]
     if todo:
         # Day 0 with the reference tables, as `generate.land` lands one day.
@@ -239,7 +240,7 @@ def _write_partition(partition: Path, table: Any) -> dict[str, Any]:
     for i in range(n_files):
         files.append(partition / f"part-{i:05d}.csv")
         generate._write_csv(table.slice(i * per_file, per_file), files[-1])
-    (partition / "_SUCCESS").write_bytes(b"")
+    (partition / layout.SUCCESS).write_bytes(b"")
     return {
         "files": len(files),
         "bytes": sum(p.stat().st_size for p in files),
@@ -276,7 +277,7 @@ def prepare_days(lake: Path, rows: int, seed: int, days: Sequence[str], logs: Pa
         want = _fingerprint(landed[day])
         sample = Path(lake_uri(f"file://{lake}", "sample", name, day).removeprefix("file://"))
         done = record.get(day, {})
-        if done.get("fingerprint") == want and (sample / "_SUCCESS").is_file():
+        if done.get("fingerprint") == want and (sample / layout.SUCCESS).is_file():
             out[day] = {**done, "reused": True}
             continue
         daily = run_daily(lake, day, logs / day)

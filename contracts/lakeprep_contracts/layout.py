@@ -26,6 +26,10 @@ TRANSFORM = "transform.json"
 MANIFEST = "manifest.json"
 DRIFT = "drift.json"
 SAMPLING = "sampling.json"  # export_shards: class counts through sampling, balancing, augmentation
+METRICS = "metrics.json"  # the trainer's model folder: scores, losses, the plan it read
+TELEMETRY = "telemetry.json"  # the trainer's step timings and its bound (compute, memory, ...)
+MODEL_WEIGHTS = "model.pt"  # the trainer's weights, features and label
+MODEL_FILES = (METRICS, TELEMETRY, MODEL_WEIGHTS, TRANSFORM)  # a model folder, tokenizer files aside
 
 # Columns every stage after validate carries, and the prefixes of the encoded features.
 ID = "id"

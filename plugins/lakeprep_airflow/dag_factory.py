@@ -60,7 +60,7 @@ from lakeprep_airflow.sensors.partition import PartitionSensor
 from lakeprep_airflow.sensors.window import WindowSensor
 from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, DatasetSpec, SpecError, expand, load_spec
 from lakeprep_airflow.trigger_guard import refuse_unusable_conf
-from lakeprep_contracts import knobs
+from lakeprep_contracts import knobs, pipeline
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +256,7 @@ def _stand_in(dag_id: str, name: str, path: Path, error: str) -> DAG:
         catchup=False,
         max_active_runs=1,
         default_args={"owner": "lakeprep"},
-        tags=["lakeprep", name, BROKEN_SPEC_TAG],
+        tags=[pipeline.TAG, name, BROKEN_SPEC_TAG],
         auto_register=False,
     ) as dag:
         BrokenSpecOperator(task_id=BROKEN_SPEC_TASK, spec_path=str(path), error=error)
@@ -299,7 +299,7 @@ def build_dag(spec: DatasetSpec) -> DAG:
             "retries": spec.data["tasks"]["retries"],
             "retry_delay": timedelta(seconds=spec.data["tasks"]["retry_delay_seconds"]),
         },
-        tags=["lakeprep", spec.name],
+        tags=[pipeline.TAG, spec.name],
         auto_register=False,
     ) as dag:
         wait = PartitionSensor(
@@ -419,7 +419,7 @@ def build_train_dag(spec: DatasetSpec) -> DAG:
             "retry_delay": timedelta(seconds=spec.data["tasks"]["retry_delay_seconds"]),
         },
         user_defined_macros={PARTITION_MACRO: functools.partial(partition_to_train, asset=asset)},
-        tags=["lakeprep", spec.name, "train"],
+        tags=[pipeline.TAG, spec.name, "train"],
         auto_register=False,
     ) as dag:
         RetrainHandoffOperator(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakeprep_airflow import lake_fs
+from lakeprep_contracts import layout
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,9 +76,9 @@ def flights_for_day(day: dt.date) -> pd.DataFrame:
 def land_partition(fs: lake_fs.LakeFS, path: str, frame: pd.DataFrame) -> int:
     """Write one partition's data file, then its `_SUCCESS` marker (last, so readers never
     see a marker without the data)."""
-    fs.delete(lake_fs.join(path, "_SUCCESS"))
+    fs.delete(lake_fs.join(path, layout.SUCCESS))
     fs.write_bytes(lake_fs.join(path, "part-00000.csv"), _csv_bytes(frame))
-    fs.write_bytes(lake_fs.join(path, "_SUCCESS"), b"")
+    fs.write_bytes(lake_fs.join(path, layout.SUCCESS), b"")
     return len(frame)
 
 

@@ -189,9 +189,9 @@ def recorded_inputs(report: Mapping[str, Any], output: str) -> list[str]:
 def stage_transform(stage: str, output: str, webhdfs_conn_id: str) -> tuple[str, str] | None:
     """(uri, sha256) of the transform a committed stage output holds; None for other stages."""
     if stage == "fit_transform":
-        return f"{output}/transform.json", _sha256_of(output, "transform.json", webhdfs_conn_id)
+        return f"{output}/transform.json", _sha256_of(output, layout.TRANSFORM, webhdfs_conn_id)
     if stage == "export_shards":
-        manifest = _read_json(output, "manifest.json", webhdfs_conn_id)
+        manifest = _read_json(output, layout.MANIFEST, webhdfs_conn_id)
         ref = manifest.get("transform")
         if ref:
             return f"{output}/{ref['uri']}", ref["sha256"]

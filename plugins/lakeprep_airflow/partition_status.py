@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from lakeprep_airflow import lake_fs
+from lakeprep_contracts import layout
 
-SUCCESS_MARKER = "_SUCCESS"
+SUCCESS_MARKER = layout.SUCCESS
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_airflow import summary
+from lakeprep_contracts import pipeline
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -40,7 +41,7 @@ SECTIONS = {
     "transform": "Transform: PCA and feature scores",
     "training": "Training",
 }
-WINDOW_STAGES = ("fit_transform", "export_shards")
+WINDOW_STAGES = pipeline.WINDOW_STAGES
 _STATUS_COLOURS = {"ok": "#4c9a2a", "drift": "#d1495b", "stop": "#d1495b"}
 
 

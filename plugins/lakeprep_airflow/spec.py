@@ -26,20 +26,20 @@ from typing import Any
 import jsonschema
 import yaml
 
-from lakeprep_contracts import knobs, labels, layout
+from lakeprep_contracts import knobs, labels, layout, pipeline, records
 from lakeprep_contracts.text import SUBWORD
 
 logger = logging.getLogger(__name__)
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-ROLES = ("id", "label", "numeric", "categorical", "text", "timestamp", "ignored")
-FEATURE_ROLES = ("numeric", "categorical", "text")
-TYPES = ("string", "int", "long", "double", "boolean", "date", "timestamp")
-FORMATS = ("csv", "json", "parquet")
+ROLES = records.ROLES
+FEATURE_ROLES = records.FEATURE_ROLES
+TYPES = records.TYPES
+FORMATS = records.TABLE_FORMATS  # a reference table's; the source may also be `text`
 # Daily stages read one partition and keep no fitted state (safe for many days in
 # parallel); window stages run once per run over the window's sampled days.
-DAILY_STAGES = ("validate", "preprocess", "sample")
-WINDOW_STAGES = ("fit_transform", "export_shards")
-STAGES = (*DAILY_STAGES, *WINDOW_STAGES)  # the Spark stages, in pipeline order
+DAILY_STAGES = pipeline.DAILY_STAGES
+WINDOW_STAGES = pipeline.WINDOW_STAGES
+STAGES = pipeline.STAGES  # the Spark stages, in pipeline order
 
 _NAME = {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,62}$"}
 _COLUMN = {
@@ -94,11 +94,11 @@ SPEC_SCHEMA: dict[str, Any] = {
             "properties": {
                 "uri": {"type": "string", "pattern": r"\{ds\}"},
                 # `text`: unstructured text into one string column (`text_column`).
-                "format": {"enum": [*FORMATS, "text"]},
+                "format": {"enum": list(records.FORMATS)},
                 "options": _READ_OPTIONS,
                 "null_tokens": {"type": "array", "items": {"type": "string"}},
                 "text_column": _NAME,
-                "text_per": {"enum": ["line", "file"]},
+                "text_per": {"enum": list(records.TEXT_PER)},
                 "min_files": {"type": "integer", "minimum": 0},
                 "min_bytes": {"type": "integer", "minimum": 0},
                 "timeout_seconds": {"type": "integer", "minimum": 1},
@@ -282,10 +282,9 @@ def _check_semantics(spec: DatasetSpec, checks_cache: Path | None = None) -> Non
                 f"{where}: columns.{i} ({col['name']}): raw columns cannot have 'expr'; "
                 "put computed columns under 'derived'"
             )
-    for section in ("derived",):
-        for i, col in enumerate(spec.data[section]):
-            if "expr" not in col:
-                raise SpecError(f"{where}: {section}.{i} ({col['name']}): needs an 'expr'")
+    for i, col in enumerate(spec.data["derived"]):
+        if "expr" not in col:
+            raise SpecError(f"{where}: derived.{i} ({col['name']}): needs an 'expr'")
     for role in ("id", "label"):
         named = spec.columns_with_role(role)
         if len(named) != 1:

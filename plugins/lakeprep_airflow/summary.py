@@ -38,7 +38,7 @@ from typing import Any
 
 from lakeprep_airflow import lake_fs
 from lakeprep_airflow.spec import REPORT_NAME, STAGES, lake_uri
-from lakeprep_contracts import labels, layout
+from lakeprep_contracts import labels, layout, pipeline
 
 REPORT_HTML = "report.html"  # beside summary.md; the Airflow UI's Report tab serves it
 
@@ -72,8 +72,8 @@ def collect(
 
     reports = {s: _read_json(fs, path_of(s, REPORT_NAME)) for s in STAGES}
     manifest = _read_json(fs, path_of("export_shards", layout.MANIFEST))
-    metrics = _read_json(fs, path_of(layout.MODELS, "metrics.json"))
-    telemetry = _read_json(fs, path_of(layout.MODELS, "telemetry.json"))
+    metrics = _read_json(fs, path_of(layout.MODELS, layout.METRICS))
+    telemetry = _read_json(fs, path_of(layout.MODELS, layout.TELEMETRY))
     drift = _read_json(fs, path_of("check_drift", layout.DRIFT))
     sampling = _read_json(fs, path_of("export_shards", layout.SAMPLING))
     fit = reports["fit_transform"] or {}
@@ -376,7 +376,7 @@ def render(day: dict[str, Any]) -> str:
             lines.append(f"| {stage} | - | - | - | - | - |")
         else:
             # The window stages read the whole trailing window, not just this day.
-            name = f"{stage} (window)" if stage in ("fit_transform", "export_shards") else stage
+            name = f"{stage} (window)" if stage in pipeline.WINDOW_STAGES else stage
             lines.append(
                 f"| {name} | {r['rows_in']} | {r['rows_out']} | {moves(r['removed'])} | "
                 f"{moves(r['added'])} | {balance_cell(r['unaccounted'])} |"

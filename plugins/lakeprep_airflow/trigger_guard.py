@@ -32,13 +32,13 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import knobs
+from lakeprep_contracts import knobs, pipeline
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # The tag every DAG of dag_factory carries; other DAGs keep Airflow's behaviour.
-LAKEPREP_TAG = "lakeprep"
+LAKEPREP_TAG = pipeline.TAG
 # The routes that create runs with a conf: the trigger route (the form's *Single Run* posts
 # there: `conf`) and the backfill routes (its *Backfill* tab: `dag_id` and `dag_run_conf`).
 TRIGGER_PATH = re.compile(r"/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?$")

@@ -47,7 +47,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_contracts import layout
+from lakeprep_contracts import layout, pipeline
 from lakeprep_jobs import balance, common, parquet_footer
 from lakeprep_jobs.lake import Lake, SparkLake, read_text, write_report, write_success, write_text
 
@@ -58,7 +58,7 @@ SPLITS = layout.SPLITS
 FORMAT_VERSION = 1
 
 
-WINDOW_KEYS = ("days", "complete", "failed", "missing", "before_start")
+WINDOW_KEYS = pipeline.WINDOW_KEYS
 SHARD_LAYOUTS = ("prepared", "encoded")
 
 

@@ -67,17 +67,6 @@ STRINGS = {
     "the replacement character": records.REPLACEMENT_CHARACTER,
 }
 MAPPINGS = {"the CSV reader defaults": records.CSV_DEFAULTS, "the Spark SQL types": records.SQL_TYPES}
-# The spec's JSON Schema is built from its own copies of the sequences; that they equal
-# records' is checked below.
-OWN_COPIES = {
-    Path("plugins/lakeprep_airflow/spec.py"): {
-        "column types",
-        "column roles",
-        "feature roles",
-        "table formats",
-        "text records per",
-    }
-}
 _VALUE = "\x00"  # an argument of a reason function, which a placeholder of an f-string matches
 
 
@@ -153,7 +142,7 @@ def test_the_vocabulary_is_spelled_in_records_only():
     reasons = _reason_texts()
     elsewhere = {}
     for path, tree in _product_modules():
-        found = _spellings(tree, reasons) - OWN_COPIES.get(path, set())
+        found = _spellings(tree, reasons)
         if found:
             elsewhere[str(path)] = sorted(found)
     assert elsewhere == {}, "read these from lakeprep_contracts.records instead"
@@ -179,16 +168,12 @@ error = f"label column {name!r} is {kind} but label_type is continuous"
     }
 
 
-def test_the_specs_own_copies_are_records():
+def test_the_spec_schema_takes_its_enums_from_records():
     from lakeprep_airflow import spec
 
-    assert (spec.TYPES, spec.ROLES, spec.FEATURE_ROLES, spec.FORMATS) == (
-        records.TYPES,
-        records.ROLES,
-        records.FEATURE_ROLES,
-        records.TABLE_FORMATS,
-    )
+    column = spec.SPEC_SCHEMA["properties"]["columns"]["items"]["properties"]
     source = spec.SPEC_SCHEMA["properties"]["source"]["properties"]
+    assert (column["type"]["enum"], column["role"]["enum"]) == (list(records.TYPES), list(records.ROLES))
     assert (source["format"]["enum"], source["text_per"]["enum"]) == (
         list(records.FORMATS),
         list(records.TEXT_PER),

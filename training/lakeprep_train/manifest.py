@@ -34,13 +34,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakeprep_contracts import documents
+from lakeprep_contracts import documents, pipeline
 from lakeprep_contracts.records import FEATURE_ROLES
 from lakeprep_train import storage
 
 FORMAT_VERSION = 1
 RESERVED_COLUMNS = ("id", "label")
-WINDOW_OUTCOMES = ("complete", "failed", "missing", "before_start")
+WINDOW_OUTCOMES = pipeline.WINDOW_OUTCOMES
 _CHUNK = 1 << 20
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from lakeprep_contracts import layout
 from lakeprep_train import storage
 from lakeprep_train.manifest import Manifest
 from lakeprep_train.model import HIDDEN
@@ -24,10 +25,12 @@ from lakeprep_train.preflight import PreflightError
 
 log = logging.getLogger("lakeprep_train")
 
-TRANSFORM_FILE = "transform.json"
-METRICS_FILE = "metrics.json"
-TELEMETRY_FILE = "telemetry.json"
-MODEL_FILE = "model.pt"
+TRANSFORM_FILE, METRICS_FILE, TELEMETRY_FILE, MODEL_FILE = (
+    layout.TRANSFORM,
+    layout.METRICS,
+    layout.TELEMETRY,
+    layout.MODEL_WEIGHTS,
+)
 
 
 def read_transform(manifest: Manifest) -> bytes | None:

@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from lakeprep_contracts import layout
 from lakeprep_contracts.labels import class_text, fitted_target, is_integer
 from lakeprep_train import serving, storage
 from lakeprep_train import transform as tf
@@ -50,8 +51,8 @@ from lakeprep_train.evaluate import class_probabilities, target_values
 from lakeprep_train.manifest import Feature
 from lakeprep_train.model import TabularMLP
 
-MODEL_FILE = "model.pt"
-TRANSFORM_FILE = "transform.json"
+MODEL_FILE = layout.MODEL_WEIGHTS
+TRANSFORM_FILE = layout.TRANSFORM
 
 
 class ModelFolderError(ValueError):

@@ -812,7 +812,7 @@ def reference_snapshot(source: str, name: str, day: str | None = None) -> tuple[
         return source, None
     if day is None:
         complete = [
-            d for d in days if (path / f"{reference_layout.SNAPSHOT_PREFIX}{d}" / "_SUCCESS").is_file()
+            d for d in days if (path / f"{reference_layout.SNAPSHOT_PREFIX}{d}" / layout.SUCCESS).is_file()
         ]
         if not complete:
             raise ServingError(
@@ -824,7 +824,7 @@ def reference_snapshot(source: str, name: str, day: str | None = None) -> tuple[
             chosen = reference_layout.snapshot_for(days, day, name, source)
         except reference_layout.SnapshotError as err:
             raise ServingError(str(err)) from err
-        if not (path / f"{reference_layout.SNAPSHOT_PREFIX}{chosen}" / "_SUCCESS").is_file():
+        if not (path / f"{reference_layout.SNAPSHOT_PREFIX}{chosen}" / layout.SUCCESS).is_file():
             raise ServingError(
                 f"reference {name!r}: snapshot {reference_layout.SNAPSHOT_PREFIX}{chosen} of {source}, "
                 f"the newest on or before {day}, is not complete (no _SUCCESS)"

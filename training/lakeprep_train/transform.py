@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import regex
 
-from lakeprep_contracts import documents
+from lakeprep_contracts import documents, layout
 from lakeprep_contracts.encode import (
     ROLES,
     TransformError,
@@ -85,7 +85,7 @@ def load_tokenizers(doc: Mapping[str, Any], location: str) -> dict[str, Any]:
     return with_tokenizers(doc, read, location)
 
 
-def check_document(doc: Any, where: str = "transform.json") -> dict[str, Any]:
+def check_document(doc: Any, where: str = layout.TRANSFORM) -> dict[str, Any]:
     """Check ``doc`` against the JSON Schema, then what a schema cannot say.
 
     Beyond the schema: vocabularies are duplicate-free with one count per entry,

@@ -46,6 +46,7 @@ from urllib.parse import urlparse
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from lakeprep_airflow.backends.base import RESUME_METHOD, Backend, TrainingRun, torchrun_options
+from lakeprep_contracts import layout
 
 PROVIDER_PACKAGE = "apache-airflow-providers-cncf-kubernetes"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -666,9 +667,9 @@ class KubernetesBackend(Backend):
             # submits again and resumes from the checkpoint.
             raise TrainingJobFailed(f"training job {label}: {status}: {event.get('message')}")
         self.log.info("%s", event.get("message"))
-        if not (work / "model" / "metrics.json").exists():
+        if not (work / "model" / layout.METRICS).exists():
             raise TrainingJobRefused(
-                f"training job {label} succeeded but left no {work / 'model' / 'metrics.json'}: the "
+                f"training job {label} succeeded but left no {work / 'model' / layout.METRICS}: the "
                 "pods must mount the lake at the path the worker sees (docs/TRAINING.md)"
             )
 

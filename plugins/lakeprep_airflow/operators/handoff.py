@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
-TRAINER_OUTPUTS = ("metrics.json", "telemetry.json", "model.pt", "transform.json")
+TRAINER_OUTPUTS = layout.MODEL_FILES
 
 
 def run_key(context: Context | dict) -> str:
@@ -117,9 +117,9 @@ def copy_export_down(fs: lake_fs.LakeFS, lake_path: str, export_path: str, local
         raise ValueError(f"export folder {export_path} is not inside the lake root {lake_path}")
     local_export = local_lake / export_in_lake
     _copy_tree_down(fs, export_path, local_export)
-    where = lake_fs.join(export_path, "manifest.json")
+    where = lake_fs.join(export_path, layout.MANIFEST)
     try:
-        manifest = json.loads((local_export / "manifest.json").read_text())
+        manifest = json.loads((local_export / layout.MANIFEST).read_text())
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(f"{where}: not a JSON document: {err}") from err
     documents.require("manifest", manifest, where)
@@ -138,7 +138,7 @@ def copy_export_down(fs: lake_fs.LakeFS, lake_path: str, export_path: str, local
         target = local_lake.joinpath(*in_lake.split("/"))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(fs.read_bytes(lake_fs.join(lake_path, in_lake)))
-    return local_export / "manifest.json"
+    return local_export / layout.MANIFEST
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def commit_model(staging: ModelStaging, log: logging.Logger) -> dict[str, Any]:
     lake's staging folder, then renamed. The work folder (checkpoints too) goes after.
     """
     model_dir, fs = staging.work / "model", staging.fs
-    metrics = json.loads((model_dir / "metrics.json").read_text())
+    metrics = json.loads((model_dir / layout.METRICS).read_text())
     (model_dir / layout.SUCCESS).write_bytes(b"")
     if staging.remote:
         fs.delete(staging.staged)
@@ -243,7 +243,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
         export_uri, model_uri = self.locations(spec)
         manifest_uri = f"{export_uri}/manifest.json"
         fs, export_path = lake_fs.resolve(export_uri, webhdfs_conn_id=self.webhdfs_conn_id)
-        if not fs.exists(lake_fs.join(export_path, "manifest.json")):
+        if not fs.exists(lake_fs.join(export_path, layout.MANIFEST)):
             raise FileNotFoundError(f"no manifest at {manifest_uri}; did export_shards run?")
         backend.prepare(model_uri)
         staging = model_staging(model_uri, run_key(context), webhdfs_conn_id=self.webhdfs_conn_id)
@@ -252,7 +252,7 @@ class GpuTrainingHandoffOperator(RunSpecMixin, HandoffLineageMixin, BaseOperator
         elif staging.remote:
             manifest = str(self._copy_export_down(fs, export_uri, export_path, staging.work / "lake"))
         else:
-            manifest = str(Path(export_path) / "manifest.json")
+            manifest = str(Path(export_path) / layout.MANIFEST)
         run = TrainingRun(
             dataset=spec.name,
             run_ds=self.run_ds,

@@ -39,6 +39,7 @@ from lakeprep_airflow import spec as spec_mod
 from lakeprep_airflow.locations import require_lake_root
 from lakeprep_airflow.partition_status import check_partition
 from lakeprep_airflow.run_spec import RUN_SPEC_FIELDS, RunSpecMixin
+from lakeprep_contracts import pipeline
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -70,7 +71,7 @@ def classify_day(
 
 
 def empty_window(days: Sequence[str]) -> dict[str, list[str]]:
-    return {"days": list(days), "complete": [], "failed": [], "missing": [], "before_start": []}
+    return {"days": list(days), **{outcome: [] for outcome in pipeline.WINDOW_OUTCOMES}}
 
 
 class WindowSensor(RunSpecMixin, BaseSensorOperator):
