@@ -13,6 +13,7 @@ compares them). Adding a knob is adding a line here and reading it in the stage.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -664,6 +665,26 @@ def knob(group: str, name: str) -> Knob:
 
 def defaults(group: str) -> dict[str, Any]:
     return {k.name: json.loads(json.dumps(k.default)) for k in KNOBS[group]}
+
+
+def parse(group: str, params: Mapping[str, Any] | None, *, what: str | None = None) -> dict[str, Any]:
+    """A group's knobs from `params`: every knob, defaulted, each value checked against its
+    schema. The one place a runtime gets a group's values from (its params dataclass keeps
+    the fields and the rules across fields). An unknown name is a TypeError, a value out of
+    bounds a ValueError naming the knob and what it allows.
+    """
+    import jsonschema  # not at import: the DAG processor reads the declarations alone
+
+    given = dict(params or {})
+    names = [k.name for k in KNOBS[group]]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise TypeError(f"unknown {what or group} parameter(s) {unknown}; expected some of {sorted(names)}")
+    values = {**defaults(group), **given}
+    for k in KNOBS[group]:
+        if not jsonschema.Draft202012Validator(k.schema).is_valid(values[k.name]):
+            raise ValueError(f"{k.name} {values[k.name]!r} must be {describe_bounds(k.schema)}")
+    return values
 
 
 def group_schema(group: str) -> dict[str, Any]:

@@ -36,11 +36,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lakeprep_contracts import knobs
+
 FORMAT_VERSION = 1
 # Floor for an empty bin's share: ln(a / 0) is infinite, and a bin that is empty on one
 # side is what drift looks like, so it must weigh a lot but stay finite.
 EPSILON = 1e-4
-ACTIONS = ("warn", "stop")
 METRICS = {"numeric": "psi", "categorical": "jsd", "text": "jsd"}
 # Bootstrap pairs per feature: the 0.995 quantile rests on the ten largest of them.
 BOOTSTRAP_DRAWS = 2000
@@ -73,54 +74,24 @@ class DriftError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class DriftParams:
-    """The `stages.check_drift` knobs; an unknown key is refused (`from_mapping`)."""
+    """The `stages.check_drift` knobs, defaulted and checked by their one declaration
+    (`lakeprep_contracts.knobs`, group `check_drift`); an unknown key is refused."""
 
-    psi_threshold: float = 0.25
-    jsd_threshold: float = 0.1
-    action: str = "warn"
-    min_reference_days: int = 1
-    bins: int = 10
-    alpha: float = 0.01
-    min_effect: float = 0.2
-    min_rows: int = 30
-
-    def __post_init__(self) -> None:
-        if not _is_number(self.psi_threshold) or self.psi_threshold <= 0:
-            raise ValueError(f"psi_threshold {self.psi_threshold!r} must be a number > 0")
-        if not _is_number(self.jsd_threshold) or not 0 < self.jsd_threshold <= 1:
-            raise ValueError(f"jsd_threshold {self.jsd_threshold!r} must be a number in (0, 1]")
-        if self.action not in ACTIONS:
-            raise ValueError(f"action {self.action!r} must be one of {list(ACTIONS)}")
-        if not _is_int(self.min_reference_days) or self.min_reference_days < 1:
-            raise ValueError(f"min_reference_days {self.min_reference_days!r} must be an integer >= 1")
-        if not _is_int(self.bins) or not 2 <= self.bins <= 1000:
-            raise ValueError(f"bins {self.bins!r} must be an integer in [2, 1000]")
-        if not _is_number(self.alpha) or not 0 < self.alpha <= 0.5:
-            raise ValueError(f"alpha {self.alpha!r} must be a number in (0, 0.5]")
-        if not _is_number(self.min_effect) or self.min_effect <= 0:
-            raise ValueError(f"min_effect {self.min_effect!r} must be a number > 0")
-        if not _is_int(self.min_rows) or self.min_rows < 1:
-            raise ValueError(f"min_rows {self.min_rows!r} must be an integer >= 1")
+    psi_threshold: float
+    jsd_threshold: float
+    action: str
+    min_reference_days: int
+    bins: int
+    alpha: float
+    min_effect: float
+    min_rows: int
 
     @classmethod
     def from_mapping(cls, params: Mapping[str, Any] | None) -> DriftParams:
-        params = dict(params or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise TypeError(f"unknown drift parameter(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**params)
+        return cls(**knobs.parse("check_drift", params, what="drift"))
 
     def threshold(self, kind: str) -> float:
         return self.psi_threshold if METRICS[kind] == "psi" else self.jsd_threshold
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # --------------------------------------------------------------------------- numeric: PSI

@@ -42,3 +42,14 @@ def test_form_fields_are_unique_and_describe_their_bounds():
     assert knobs.describe_bounds(knobs.knob("sample", "fraction").schema) == "> 0 and <= 1"
     assert knobs.describe_bounds({"enum": ["a", "b"]}) == 'one of "a", "b"'
     assert knobs.describe_bounds({"type": "integer", "minimum": 1}) == ">= 1"
+
+
+def test_parse_defaults_checks_and_refuses_unknown_names():
+    assert knobs.parse("check_drift", None) == knobs.defaults("check_drift")
+    assert knobs.parse("check_drift", {"bins": 20})["bins"] == 20
+    with pytest.raises(ValueError, match=r"bins 1 must be >= 2 and <= 100"):
+        knobs.parse("check_drift", {"bins": 1})
+    with pytest.raises(ValueError, match=r"bins True must be >= 2 and <= 100"):
+        knobs.parse("check_drift", {"bins": True})  # a boolean is not an integer knob
+    with pytest.raises(TypeError, match=r"unknown drift parameter\(s\) \['psi'\]"):
+        knobs.parse("check_drift", {"psi": 0.2}, what="drift")

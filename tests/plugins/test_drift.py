@@ -7,6 +7,7 @@ from the normal CDF.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -15,7 +16,7 @@ import statistics
 import pytest
 
 from lakeprep_airflow import drift
-from lakeprep_contracts import documents
+from lakeprep_contracts import documents, knobs
 from tests.plugins.stats_data import (
     PROBABILITIES,
     categorical,
@@ -277,10 +278,14 @@ def test_merge_keeps_validates_view_and_adds_preprocess_columns():
 def test_params_are_checked():
     with pytest.raises(TypeError, match=r"unknown drift parameter\(s\) \['psi'\]"):
         drift.drift_report(day("1"), [], {"psi": 0.2})
-    with pytest.raises(ValueError, match=r"action 'halt' must be one of \['warn', 'stop'\]"):
-        drift.DriftParams(action="halt")
-    with pytest.raises(ValueError, match=r"jsd_threshold 1.5 must be a number in \(0, 1\]"):
-        drift.DriftParams(jsd_threshold=1.5)
+    with pytest.raises(ValueError, match=r"action 'halt' must be one of \"warn\", \"stop\""):
+        drift.DriftParams.from_mapping({"action": "halt"})
+    with pytest.raises(ValueError, match=r"jsd_threshold 1.5 must be > 0 and <= 1"):
+        drift.DriftParams.from_mapping({"jsd_threshold": 1.5})
+    # The declaration's bound (the spec's too): at most 100 bins, where the job once said 1000.
+    with pytest.raises(ValueError, match=r"bins 500 must be >= 2 and <= 100"):
+        drift.DriftParams.from_mapping({"bins": 500})
+    assert dataclasses.asdict(drift.DriftParams.from_mapping({})) == knobs.defaults("check_drift")
 
 
 def test_describe_is_the_log_line():
