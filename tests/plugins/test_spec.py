@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_airflow.spec import SpecError, load_spec
+from lakeprep_airflow.spec import SpecError, expressions, load_spec
 
 REPO = Path(__file__).resolve().parents[2]
 FLIGHTS = REPO / "pipelines" / "flights.yaml"
@@ -362,13 +362,13 @@ def test_selection_and_pca_settings_are_checked(tmp_path, fit, message):
 def counted_expression_checks(monkeypatch) -> list[Path]:
     """The specs `_check_expressions` ran for, in order (it still runs)."""
     ran: list[Path] = []
-    check = spec_mod._check_expressions
+    check = expressions._check_expressions
 
     def counting(where, inputs):
         ran.append(where)
         check(where, inputs)
 
-    monkeypatch.setattr(spec_mod, "_check_expressions", counting)
+    monkeypatch.setattr(expressions, "_check_expressions", counting)
     return ran
 
 
@@ -396,8 +396,8 @@ def test_a_changed_expression_or_code_is_checked_again(tmp_path, monkeypatch, co
     changed = write_spec(tmp_path, other_delay)
     load_spec(changed, checks_cache=cache)
     assert counted_expression_checks == [FLIGHTS, changed]
-    # The same expressions under other code (this module, another sqlglot) are checked again.
-    monkeypatch.setattr(spec_mod, "_checks_code_version", lambda: "another sqlglot")
+    # The same expressions under other code (the check's module, another sqlglot) are checked again.
+    monkeypatch.setattr(expressions, "_checks_code_version", lambda: "another sqlglot")
     load_spec(FLIGHTS, checks_cache=cache)
     assert counted_expression_checks == [FLIGHTS, changed, FLIGHTS]
 
