@@ -16,8 +16,8 @@ the Python driver's main thread (wall-clock samples, waiting included) and the e
   the wrapper (from its start of the launcher until a descendant runs the driver script;
   py-spy's own start before that is not counted). The *sampled total* is this plus the
   driver's samples;
-- *session start* (`common.start_session`: the SparkContext and its JVM side) and *stop*;
-- per stage, the samples under `common.run_stage`, split into *in Spark jobs* (the union of
+- *session start* (`session.start_session`: the SparkContext and its JVM side) and *stop*;
+- per stage, the samples under `stage_entry.run_stage`, split into *in Spark jobs* (the union of
   the intervals of the jobs that carry the stage's `lakeprep.stage` property, from the
   event log), *JVM outside jobs* (the stage's samples waiting on py4j less its jobs' time:
   analysis, planning, the file system, Parquet footers) and *Python on the driver* (the
@@ -43,7 +43,7 @@ from benchmarks.environment import REPO, child_env
 from benchmarks.measure import run_child
 
 RATE_HZ = 100  # py-spy samples per second and thread
-STAGE_PROPERTY = "lakeprep.stage"  # lakeprep_jobs.common.STAGE_PROPERTY (not imported: no pyspark here)
+STAGE_PROPERTY = "lakeprep.stage"  # lakeprep_jobs.stage_entry.STAGE_PROPERTY (not imported: no pyspark here)
 _STAGE_FRAME = re.compile(r"lakeprep_jobs/(\w+)\.py:\d+\)$")
 _LAKEPREP_FRAME = re.compile(r"^(\S+) \(.*lakeprep_jobs/(\w+\.py):(\d+)\)$")
 DRIVER_SCRIPT = "lakeprep_jobs/fused.py"  # the Python driver of a fused submission
@@ -206,7 +206,7 @@ def profile_submission(cmd: list[str], folder: Path, order: tuple[str, ...]) -> 
         "driver_other_s": phases.get("other", 0.0),
         "stages": stages,
         "python_workers": got["workers"],
-        "untagged_jobs": len(jobs.get("(no stage)", [])),  # jobs run outside `common.run_stage`
+        "untagged_jobs": len(jobs.get("(no stage)", [])),  # jobs run outside `stage_entry.run_stage`
     }
 
 

@@ -11,7 +11,7 @@ machine's noise around it), this does: the stage's own cost before and after, as
 per repetition (after / before), wall and CPU time (the driver's JVM and Python).
 
 The earlier version is the stage's module at `--base` (`git show`), loaded beside the
-current one; the modules it imports (`lakeprep_jobs.common`, ...) are today's, so it
+current one; the modules it imports (`lakeprep_jobs.stage_entry`, ...) are today's, so it
 compares changes made inside the stage's module. Both get the params the spec builds
 today. The input partitions come from the harness's lake for `--rows` (`.bench/data/`);
 missing ones are prepared first by the five stages' spark-submits. Prints one line per
@@ -105,7 +105,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     current = importlib.import_module(f"lakeprep_jobs.{args.stage}")
     versions = {"before": module_at(args.stage, args.base), "after": current}
     from lakeprep_airflow.spec import load_spec
-    from lakeprep_jobs import common
+    from lakeprep_jobs import stage_args, stage_entry
 
     lake = WORK / "data" / f"flights-{args.rows}-s{args.seed}"
     generate.land(lake, args.rows, args.seed)
@@ -122,7 +122,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if not all((Path(uri.removeprefix("file://")) / layout.SUCCESS).is_file() for uri in call.inputs):
         print(f"stage_ab: preparing the stages' partitions in {lake}", flush=True)
         spark_prep.run_stages(lake, ds, WORK / "stage_ab" / "logs")
-    parsed = common.prepare(current.STAGE, call.argv)
+    parsed = stage_entry.prepare(current.STAGE, call.argv)
     spark = _session({"spark.sql.session.timeZone": spec.data.get("time_zone", "UTC"), **op.conf})
     runs: list[dict[str, Any]] = []
     try:
@@ -132,7 +132,7 @@ def run(argv: Sequence[str] | None = None) -> dict[str, Any]:
             order = ("before", "after") if rep % 2 == 0 else ("after", "before")
             for name in order:
                 module = versions[name]
-                params = common.params_from(module.STAGE.params_cls, parsed.args.params)
+                params = stage_args.params_from(module.STAGE.params_cls, parsed.args.params)
                 output = f"file://{WORK}/stage_ab/out/{args.stage}-{name}"
                 wall, cpu = time.monotonic(), _cpu_s()
                 report = module.STAGE.run(spark, parsed.args.inputs, output, params)

@@ -29,7 +29,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
-from lakeprep_jobs import common, parquet_footer
+from lakeprep_jobs import lake_io, parquet_footer, parquet_io
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -83,7 +83,7 @@ def write(
 
     groups = {key: files_per_group(n, rows_per_file) for key, n in counts.items() if n}
     if not groups:  # Spark writes one file with the schema alone: readers still see the columns
-        common.write_parquet(rows.limit(0), staging)
+        parquet_io.write_parquet(rows.limit(0), staging)
         return _document(spark, staging, {}, seed, rows_per_file, row_group_rows)
     per_group = F.lit(1)
     for (split, label), n in groups.items():
@@ -109,7 +109,7 @@ def write(
     for (split, label), n in sorted(groups.items()):
         for k in range(n):
             folder = f"{tmp}/_s={split}/_c={label}/{_FILE}={k}"
-            listed = common.list_files(spark, folder) if common.exists(spark, folder) else []
+            listed = lake_io.list_files(spark, folder) if lake_io.exists(spark, folder) else []
             found = [f for f, _ in listed if f.endswith(".parquet")]
             if len(found) > 1:
                 raise RuntimeError(f"day shard {split}/{label}/{k}: expected one file, found {len(found)}")
@@ -118,7 +118,7 @@ def write(
             name = file_name(split, label, k)
             parquet_footer.commit_shard(spark, found[0], f"{staging}/{name}")
             names.setdefault((split, label), []).append(name)
-    common.delete(spark, tmp)
+    lake_io.delete(spark, tmp)
     return _document(spark, staging, names, seed, rows_per_file, row_group_rows)
 
 
@@ -148,7 +148,7 @@ def _document(
     """`_shards.json`: per split and class, the files in order with rows (from the footers),
     bytes and sha256 (one job over the day's files, on the executors)."""
     sums = file_digests(spark, staging) if names else {}
-    rows = common.parquet_file_rows(spark, staging)
+    rows = parquet_io.parquet_file_rows(spark, staging)
     splits: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for (split, label), files in sorted(names.items()):
         splits.setdefault(split, {})[str(label)] = [
@@ -161,8 +161,8 @@ def _document(
         "row_group_rows": row_group_rows,
         "splits": splits,
     }
-    common.write_text(spark, layout.join(staging, SHARDS), json.dumps(doc, indent=1, sort_keys=True))
+    lake_io.write_text(spark, layout.join(staging, SHARDS), json.dumps(doc, indent=1, sort_keys=True))
     # The marker Spark's own writer leaves in a folder it wrote: the partition is complete
-    # once the commit renames it (`common.PartitionCommit`).
-    common.write_success(spark, staging)
+    # once the commit renames it (`lake_io.PartitionCommit`).
+    lake_io.write_success(spark, staging)
     return doc

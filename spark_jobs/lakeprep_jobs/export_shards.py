@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout, pipeline
-from lakeprep_jobs import balance, common, parquet_footer
+from lakeprep_jobs import balance, lake_io, parquet_footer, parquet_io, stage_entry
 from lakeprep_jobs.lake import Lake, SparkLake, read_text, write_report, write_success, write_text
 
 if TYPE_CHECKING:
@@ -436,7 +436,7 @@ def tagged_partitions(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame
 
     from pyspark.sql import functions as F
 
-    frames = [common.read_parquet(spark, [uri]) for uri in inputs]
+    frames = [parquet_io.read_parquet(spark, [uri]) for uri in inputs]
     tagged = [
         df.withColumn(SOURCE_COLUMN, F.lit(i)).withColumn(ROW_HASH_COLUMN, F.xxhash64(*df.columns))
         for i, df in enumerate(frames)
@@ -490,7 +490,7 @@ def read_window(spark: SparkSession, inputs: list[str]) -> tuple[DataFrame, list
     stored bytes: the same rows in another order compress to another size, and the sample
     stage's shuffle does not keep an order (docs/MANIFEST.md).
     """
-    missing = [u for u in inputs if not common.exists(spark, layout.join(u, layout.SUCCESS))]
+    missing = [u for u in inputs if not lake_io.exists(spark, layout.join(u, layout.SUCCESS))]
     if missing:
         raise FileNotFoundError(f"export needs complete sampled partitions (with _SUCCESS): {missing}")
     return tagged_partitions(spark, inputs)
@@ -554,14 +554,14 @@ def write_splits(
     for split, plan in written.items():
         for shard in range(plan.shards_per_rank * p.world_size):
             folder = f"{tmp}/{SPLIT_COLUMN}={split}/_shard={shard}"
-            files = [f for f, _ in common.list_files(spark, folder) if f.endswith(".parquet")]
+            files = [f for f, _ in lake_io.list_files(spark, folder) if f.endswith(".parquet")]
             if len(files) != 1:
                 raise RuntimeError(f"shard {shard} of split {split}: expected one file, found {len(files)}")
             rel = f"shards/{split}/shard-{shard:05d}.parquet"
             # Renamed with a canonical footer: the same rows give the same bytes in every JVM.
             parquet_footer.commit_shard(spark, files[0], f"{staging}/{rel}")
             entries[split].append({"path": rel, "rank": shard % p.world_size})
-    common.delete(spark, tmp)
+    lake_io.delete(spark, tmp)
 
     # Verify from what was written: rows from the footers (no job), sha256 on the executors
     # (one job for every split).
@@ -574,7 +574,7 @@ def write_splits(
         .collect()
     }
     for split, plan in written.items():
-        rows = common.parquet_file_rows(spark, f"{staging}/shards/{split}")
+        rows = parquet_io.parquet_file_rows(spark, f"{staging}/shards/{split}")
         for e in entries[split]:
             name = e["path"].rsplit("/", 1)[-1]
             e["rows"] = rows.get(name, 0)
@@ -724,7 +724,7 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
         window = tagged.filter(~F.col(SUPERSEDED_COLUMN)).drop(SUPERSEDED_COLUMN)
     window = window.drop(SOURCE_COLUMN, ROW_HASH_COLUMN)
     sources = [
-        {"uri": uri, "rows": common.read_report(spark, uri)["rows_out"], "fingerprint": fingerprint}
+        {"uri": uri, "rows": lake_io.read_report(spark, uri)["rows_out"], "fingerprint": fingerprint}
         for uri, fingerprint in zip(inputs, fingerprints(schemas, counts.sources), strict=True)
     ]
     check_finite(counts, output)
@@ -764,7 +764,7 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
                 f"(widen window.days or the sample fractions)"
             )
     splits: dict[str, Any] = {}
-    with common.PartitionCommit(spark, output) as staging:
+    with lake_io.PartitionCommit(spark, output) as staging:
         shards = write_splits(spark, frames, plans, sizes, staging, p, group_rows)
         for split, plan in plans.items():
             splits[split] = {
@@ -776,7 +776,7 @@ def run_encoded(spark: SparkSession, inputs: list[str], output: str, p: ExportPa
         splits["train"]["class_counts_natural"] = natural["train"]
         sampling = sampling_report(
             p,
-            before=counts_before_sampling([common.read_report(spark, u) for u in inputs], p.label_classes),
+            before=counts_before_sampling([lake_io.read_report(spark, u) for u in inputs], p.label_classes),
             days=len(inputs),
             natural=natural,
             real=real,
@@ -962,11 +962,11 @@ def check_manifest(manifest: dict[str, Any], where: str) -> None:
     documents.require("manifest", manifest, where)
 
 
-STAGE = common.Stage("export_shards", __doc__.splitlines()[0], ExportParams, run)
+STAGE = stage_entry.Stage("export_shards", __doc__.splitlines()[0], ExportParams, run)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, STAGE)
+    stage_entry.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

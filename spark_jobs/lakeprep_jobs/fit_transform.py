@@ -34,7 +34,7 @@ from lakeprep_contracts.window_fit import (  # noqa: F401 - the stage's params a
     check_pca_size,
     check_selector_threshold,
 )
-from lakeprep_jobs import common
+from lakeprep_jobs import session, stage_entry
 from lakeprep_jobs.fit_statistics import split_statistics
 from lakeprep_jobs.lake import (
     Lake,
@@ -168,7 +168,7 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: FitParams) -> dict[str
     tokenizers = read_tokenizers(lake, p, stats)
     doc, notes = window_fit.fit(stats, p, {name: facts for name, (facts, _) in tokenizers.items()})
     for message in notes["warnings"]:
-        common.log.warning("fit_transform: %s", message)
+        session.log.warning("fit_transform: %s", message)
     check_document(doc, f"{output}/{layout.TRANSFORM}")
     text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False)
     report = {
@@ -207,11 +207,11 @@ def run_on(lake: Lake, inputs: list[str], output: str, p: FitParams) -> dict[str
     return report
 
 
-STAGE = common.Stage("fit_transform", __doc__.splitlines()[0], FitParams, run)
+STAGE = stage_entry.Stage("fit_transform", __doc__.splitlines()[0], FitParams, run)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, STAGE)
+    stage_entry.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@
 The spec's `spark.fuse_stages` (docs/PIPELINE.md#fused-stages): a small partition spends
 most of a stage's time starting a JVM and a session, so the daily stages share one
 submission and the window stages another. Each plan entry's `argv` is exactly the
-stage's own argv (`common.parse_args`, its `--error-file` included), and each stage runs
-through the same `common.prepare` and `common.run_stage` as its own `main`: the same
+stage's own argv (`stage_args.parse_args`, its `--error-file` included), and each stage runs
+through the same `stage_entry.prepare` and `stage_entry.run_stage` as its own `main`: the same
 params, the same reads of the previous stage's committed partition, the same atomic
 commit of its own, so the outputs are the separate stages' outputs. Every stage's params
 are built before the session starts (a bad key in the last stage fails before the first
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import submission
-from lakeprep_jobs import common
+from lakeprep_jobs import failure, session, stage_entry
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _STAGE_NAME = re.compile(r"^[a-z][a-z_]*$")
 
 
-def load_stage(name: str) -> common.Stage:
+def load_stage(name: str) -> stage_entry.Stage:
     """The `STAGE` declared by the module `lakeprep_jobs.<name>`."""
     found = None
     if _STAGE_NAME.match(name):
@@ -44,12 +44,12 @@ def load_stage(name: str) -> common.Stage:
             found = getattr(importlib.import_module(f"lakeprep_jobs.{name}"), "STAGE", None)
         except ModuleNotFoundError:
             found = None
-    if not isinstance(found, common.Stage) or found.name != name:
+    if not isinstance(found, stage_entry.Stage) or found.name != name:
         raise ValueError(f"plan names stage {name!r}: no lakeprep_jobs module of that name declares a STAGE")
     return found
 
 
-def parse_plan(text: str) -> list[common.StageCall]:
+def parse_plan(text: str) -> list[stage_entry.StageCall]:
     """The plan's stages, each parsed and its params built (nothing touches Spark yet)."""
     try:
         plan = json.loads(text)
@@ -67,16 +67,16 @@ def parse_plan(text: str) -> list[common.StageCall]:
             or not isinstance(entry["argv"], list)
         ):
             raise ValueError(f'--plan entry {i} must be {{"stage": NAME, "argv": [ARG, ...]}}, got {entry!r}')
-        calls.append(common.prepare(load_stage(entry["stage"]), [str(a) for a in entry["argv"]]))
+        calls.append(stage_entry.prepare(load_stage(entry["stage"]), [str(a) for a in entry["argv"]]))
     return calls
 
 
-def run_plan(spark: SparkSession, calls: Sequence[common.StageCall]) -> dict[str, dict[str, Any]]:
+def run_plan(spark: SparkSession, calls: Sequence[stage_entry.StageCall]) -> dict[str, dict[str, Any]]:
     """Run the stages in order in `spark`; stage -> report. The first failure stops the plan."""
     reports = {}
     for call in calls:
         try:
-            reports[call.stage.name] = common.run_stage(spark, call)
+            reports[call.stage.name] = stage_entry.run_stage(spark, call)
         except Exception as err:
             done = ", ".join(reports) or "none"
             err.add_note(f"lakeprep: stage {call.stage.name} failed; committed before it: {done}")
@@ -91,11 +91,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--plan", required=True, help='JSON list of {"stage": NAME, "argv": [ARG, ...]}')
     parser.add_argument("--error-file", help="local file that receives a failure outside the stages")
     ns = parser.parse_args(submission.decode_argv(argv))  # YARN cluster mode: encoded
-    common.configure_logging("fused")
-    with common.failure_recorded(ns.error_file):
+    session.configure_logging("fused")
+    with failure.failure_recorded(ns.error_file):
         calls = parse_plan(ns.plan)
         names = [call.stage.name for call in calls]
-        spark = common.start_session(f"lakeprep-{'+'.join(names)}")
+        spark = session.start_session(f"lakeprep-{'+'.join(names)}")
     try:
         run_plan(spark, calls)
     finally:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any
 
-from lakeprep_jobs import common
+from lakeprep_jobs import lake_io
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -179,7 +179,7 @@ def split_file(tail: bytes, size: int) -> tuple[int, bytes]:
 
 
 def _read_range(spark: SparkSession, uri: str, position: int, length: int) -> bytes:
-    fs, path = common._jvm_path(spark, uri)
+    fs, path = lake_io.jvm_path(spark, uri)
     stream = fs.open(path)
     try:
         stream.seek(position)
@@ -194,7 +194,7 @@ def commit_shard(spark: SparkSession, src: str, dst: str) -> bool:
     The footer sits at the end of the file (`<pages><footer><length>PAR1`): the pages are
     copied unchanged by Hadoop streams inside the JVM, then the canonical footer is written.
     """
-    fs, src_path = common._jvm_path(spark, src)
+    fs, src_path = lake_io.jvm_path(spark, src)
     size = int(fs.getFileStatus(src_path).getLen())
     tail = _read_range(spark, src, max(0, size - 8), min(size, 8))
     length = struct.unpack("<i", tail[-8:-4])[0] if len(tail) == 8 and tail[-4:] == MAGIC else 0
@@ -203,9 +203,9 @@ def commit_shard(spark: SparkSession, src: str, dst: str) -> bool:
     offset, footer = split_file(_read_range(spark, src, size - 8 - length, length + 8), size)
     canonical = canonical_footer(footer)
     if canonical == footer:
-        common.rename(spark, src, dst)
+        lake_io.rename(spark, src, dst)
         return False
-    _, dst_path = common._jvm_path(spark, dst)
+    _, dst_path = lake_io.jvm_path(spark, dst)
     fs.mkdirs(dst_path.getParent())
     commons_io = spark.sparkContext._jvm.org.apache.commons.io.IOUtils
     source, sink = fs.open(src_path), fs.create(dst_path, True)
@@ -217,5 +217,5 @@ def commit_shard(spark: SparkSession, src: str, dst: str) -> bool:
     finally:
         source.close()
         sink.close()
-    common.delete(spark, src)
+    lake_io.delete(spark, src)
     return True

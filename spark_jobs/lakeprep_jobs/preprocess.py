@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import labels, layout, records, references
-from lakeprep_jobs import common, stats
+from lakeprep_jobs import lake_io, parquet_io, stage_entry, stats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -117,10 +117,10 @@ def reference_snapshot(spark: SparkSession, ref: dict[str, Any], day: str | None
     :raises FileNotFoundError: (retried) the chosen snapshot has no `_SUCCESS` yet.
     """
     uri, name = ref["uri"], ref["name"]
-    days = references.snapshot_days(common.list_folders(spark, uri), uri)
+    days = references.snapshot_days(lake_io.list_folders(spark, uri), uri)
     if not days:
         return uri, None
-    loose = [f for f, _ in common.list_files(spark, uri) if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
+    loose = [f for f, _ in lake_io.list_files(spark, uri) if not f.rsplit("/", 1)[-1].startswith(("_", "."))]
     if loose:
         raise references.SnapshotError(
             f"reference {name!r} ({uri}) holds dated snapshots and data files {loose[:3]} beside "
@@ -133,7 +133,7 @@ def reference_snapshot(spark: SparkSession, ref: dict[str, Any], day: str | None
         )
     snapshot = references.snapshot_for(days, day, name, uri)
     chosen = layout.join(uri, f"{references.SNAPSHOT_PREFIX}{snapshot}")
-    if not common.exists(spark, layout.join(chosen, layout.SUCCESS)):
+    if not lake_io.exists(spark, layout.join(chosen, layout.SUCCESS)):
         # Not a refusal: the snapshot may be landing. An older one is not used instead, so
         # the day joins the same rows whenever it runs.
         raise FileNotFoundError(
@@ -449,7 +449,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    validated = common.read_complete(spark, inputs)
+    validated = parquet_io.read_complete(spark, inputs)
     kept = None
     if p.deduplicate:
         # Most days repeat no id: then one aggregation of the ids' hashes says so (adaptive
@@ -480,8 +480,8 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
     observed = Observation()
     flagged_joined = join_reference_rows(flagged, refs).observe(observed, *report_counts(p))
     joined = flagged_joined.filter(F.col(REASON).isNull()).drop(REASON)
-    with common.PartitionCommit(spark, output) as staging:
-        common.write_parquet(clean_features(joined, p), staging)
+    with lake_io.PartitionCommit(spark, output) as staging:
+        parquet_io.write_parquet(clean_features(joined, p), staging)
         counts = observed.get
         reasons = {
             r: int(counts[f"reason__{r}"]) for r in (records.EXACT_DUPLICATE, records.CONFLICTING_DUPLICATE)
@@ -507,25 +507,25 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
             },
         }
         if quarantined:
-            common.write_parquet(
+            parquet_io.write_parquet(
                 flagged.filter(F.col(REASON).isNotNull()).select(
                     REASON, F.to_json(F.struct(*[F.col(f"`{c}`") for c in validated.columns])).alias("_row")
                 ),
                 layout.join(staging, layout.QUARANTINE_DIR),
             )
-        common.check_written(spark, staging, rows_out, quarantined, ", ".join(inputs))
+        parquet_io.check_written(spark, staging, rows_out, quarantined, ", ".join(inputs))
         if p.stats_kinds:
             passed = flagged.filter(F.col(REASON).isNull())
             weights = reference_weights(passed, refs, list(p.stats_kinds)).cache()
             profile = stats.partition_stats(weights, p.stats_kinds, weight=WEIGHT, rows=rows_out)
             weights.unpersist()
-            common.write_text(
+            lake_io.write_text(
                 spark,
                 layout.join(staging, layout.STATS),
                 stats.to_json(stats.stats_document(output, profile)),
             )
-        common.write_report(spark, staging, report)
-        common.write_success(spark, staging)
+        lake_io.write_report(spark, staging, report)
+        lake_io.write_success(spark, staging)
     for _, rows in refs:
         rows.unpersist()
     if kept is not None:
@@ -534,11 +534,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: PreprocessParams
     return report
 
 
-STAGE = common.Stage("preprocess", __doc__.splitlines()[0], PreprocessParams, run)
+STAGE = stage_entry.Stage("preprocess", __doc__.splitlines()[0], PreprocessParams, run)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, STAGE)
+    stage_entry.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import layout
-from lakeprep_jobs import common, day_shards, exact
+from lakeprep_jobs import day_shards, exact, lake_io, parquet_io, stage_entry
 from lakeprep_jobs.fit_statistics import split_statistics
 
 if TYPE_CHECKING:
@@ -286,10 +286,15 @@ def strata_report(
     return out
 
 
+def class_counts(df: DataFrame, label: str) -> dict[str, int]:
+    """Rows per label value, as a JSON-friendly dict (one small aggregation)."""
+    return {str(r[0]): int(r[1]) for r in df.groupBy(label).count().collect()}
+
+
 def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) -> dict[str, Any]:
     from pyspark import StorageLevel
 
-    df = common.read_complete(spark, inputs)
+    df = parquet_io.read_complete(spark, inputs)
     split = assign_split(df, p)
     if p.stratify_splits:  # planned and ranked: compute it once for the sample's three reads
         split = split.persist(StorageLevel.MEMORY_AND_DISK)
@@ -297,11 +302,11 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
         plan = sample_plan(split, p)
         kept = planned_counts(plan)
         rows_in, rows_out = sum(plan.sizes.values()), sum(kept.values())
-        with common.PartitionCommit(spark, output) as staging:
+        with lake_io.PartitionCommit(spark, output) as staging:
             sampled = exact.apply_sample(split, plan)
             counted = by_class(p, plan, kept)
             if counted is None:
-                before = common.class_counts(df, layout.LABEL)
+                before = class_counts(df, layout.LABEL)
                 after = split_class_counts(sampled)
             else:
                 before, after = counted
@@ -314,7 +319,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
                 rows_per_file=p.rows_per_file,
                 row_group_rows=p.row_group_rows,
             )
-            written = common.parquet_rows(spark, staging)
+            written = parquet_io.parquet_rows(spark, staging)
             if written != rows_out:
                 raise RuntimeError(
                     f"sample of {', '.join(inputs)}: wrote {written} rows, the plan keeps {rows_out} "
@@ -343,7 +348,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
                 # The window's fit merges these instead of reading the day again (fit_statistics.py).
                 rows = spark.read.schema(sampled.schema).parquet(staging)
                 statistics = split_statistics(rows, p.fit_profile, p.label_classes)
-                common.write_text(
+                lake_io.write_text(
                     spark,
                     layout.join(staging, layout.FIT_STATISTICS),
                     json.dumps(statistics, sort_keys=True, separators=(",", ":"), allow_nan=False),
@@ -354,18 +359,18 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: SampleParams) ->
 
                 rows = spark.read.schema(sampled.schema).parquet(staging)
                 report["text_truncation"] = day_truncation(SparkLake(spark), rows, p.subword_texts)
-            common.write_report(spark, staging, report)
+            lake_io.write_report(spark, staging, report)
     finally:
         if p.stratify_splits:
             split.unpersist()
     return report
 
 
-STAGE = common.Stage("sample", __doc__.splitlines()[0], SampleParams, run)
+STAGE = stage_entry.Stage("sample", __doc__.splitlines()[0], SampleParams, run)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, STAGE)
+    stage_entry.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

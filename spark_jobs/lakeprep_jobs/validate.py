@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lakeprep_contracts import labels, layout, records
-from lakeprep_jobs import common, stats
+from lakeprep_jobs import lake_io, parquet_io, stage_entry, stats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -575,8 +575,8 @@ def _spark_file_uri(spark: SparkSession, uri: str) -> str:
 
 def _commit_failed(spark: SparkSession, output: str, report: dict[str, Any]) -> None:
     """Replace the partition by its report alone: no `_SUCCESS`, so nothing takes it as done."""
-    with common.PartitionCommit(spark, output) as staging:
-        common.write_report(spark, staging, report)
+    with lake_io.PartitionCommit(spark, output) as staging:
+        lake_io.write_report(spark, staging, report)
 
 
 def run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) -> dict[str, Any]:
@@ -595,7 +595,7 @@ def run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) 
 
 def _run(spark: SparkSession, inputs: list[str], output: str, p: ValidateParams) -> dict[str, Any]:
     where = ", ".join(inputs)
-    listed = [(f, size) for src in inputs for f, size in common.list_files(spark, src) if not _hidden(f)]
+    listed = [(f, size) for src in inputs for f, size in lake_io.list_files(spark, src) if not _hidden(f)]
     data_files = [f for f, size in listed if size > 0]
     # Zero-byte files hold no record; Spark's readers disagree about them (Parquet fails,
     # wholetext may yield an empty row), so they are not read, only reported.
@@ -654,7 +654,7 @@ def _check_and_commit(
     """Write the checked rows once, account, commit the partition; the contract failure or None."""
     from pyspark.sql import functions as F
 
-    with common.PartitionCommit(spark, output) as staging:
+    with lake_io.PartitionCommit(spark, output) as staging:
         checked_uri = f"{staging}{CHECKED_SUFFIX}"
         try:
             flagged.write.mode("overwrite").option("compression", "snappy").parquet(checked_uri)
@@ -689,21 +689,21 @@ def _check_and_commit(
                 report.update(status="failed", error=failure)
 
             valid = checked.filter(F.col(REASON).isNull()).select(*keep)
-            common.write_parquet(valid, staging)
+            parquet_io.write_parquet(valid, staging)
             quarantine_uri = f"{staging}/{layout.QUARANTINE_DIR}"
             if quarantined:
-                common.write_parquet(
+                parquet_io.write_parquet(
                     checked.filter(F.col(REASON).isNotNull()).select(REASON, SOURCE_FILE, CORRUPT, RAW),
                     quarantine_uri,
                 )
             doc = stats.stats_document(output, stats.partition_stats(valid, p.stats_kinds))
         finally:
-            common.delete(spark, checked_uri)
-        common.write_text(spark, f"{staging}/{layout.STATS}", stats.to_json(doc))
+            lake_io.delete(spark, checked_uri)
+        lake_io.write_text(spark, f"{staging}/{layout.STATS}", stats.to_json(doc))
         expected_q = {
             f: a["rows_quarantined"] for f, a in report["file_accounting"].items() if a["rows_quarantined"]
         }
-        common.check_written(
+        parquet_io.check_written(
             spark,
             staging,
             passed,
@@ -711,12 +711,12 @@ def _check_and_commit(
             where,
             f" of {rows_in} read ({expected_q} quarantined by file)",
         )
-        common.write_report(spark, staging, report)
+        lake_io.write_report(spark, staging, report)
         # The Parquet committer marked the folder complete; whether it is, is decided here,
         # last: a partition that breaks its contract stays without the marker.
-        common.delete(spark, f"{staging}/{layout.SUCCESS}")
+        lake_io.delete(spark, f"{staging}/{layout.SUCCESS}")
         if not failure:
-            common.write_success(spark, staging)
+            lake_io.write_success(spark, staging)
     return failure
 
 
@@ -777,11 +777,11 @@ def _contract_failure(report: dict[str, Any], p: ValidateParams, where: str, out
     return None
 
 
-STAGE = common.Stage("validate", __doc__.splitlines()[0], ValidateParams, run)
+STAGE = stage_entry.Stage("validate", __doc__.splitlines()[0], ValidateParams, run)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    common.stage_main(argv, STAGE)
+    stage_entry.stage_main(argv, STAGE)
 
 
 if __name__ == "__main__":

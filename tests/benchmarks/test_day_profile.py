@@ -2,7 +2,7 @@
 
 A 300-row generated day through the tasks the fused DAG runs: the daily stages as one real
 spark-submit under py-spy, whose every Spark job carries the stage that ran it (the
-`lakeprep.stage` local property, `common.run_stage`) and whose breakdown accounts for its
+`lakeprep.stage` local property, `stage_entry.run_stage`) and whose breakdown accounts for its
 sampled time; the window's stages as the task the DAG runs in the Airflow worker without
 Spark, timed as a Python task, which writes the export.
 """
@@ -40,8 +40,8 @@ def test_classify_counts_the_driver_alone(tmp_path):
     lines = [
         f"{root};thread (1): MainThread;<module> (<string>:1);wait (subprocess.py:1) 900",  # the wrapper
         f"{root};{launcher};{home};thread (1): MainThread;<module> (find_spark_home.py:1) 7",
-        f"{in_driver};start_session (/z/lakeprep_jobs/common.py:5) 120",
-        f"{in_driver};run_stage (/z/lakeprep_jobs/common.py:134);run (/z/lakeprep_jobs/sample.py:40);"
+        f"{in_driver};start_session (/z/lakeprep_jobs/session.py:5) 120",
+        f"{in_driver};run_stage (/z/lakeprep_jobs/stage_entry.py:134);run (/z/lakeprep_jobs/sample.py:40);"
         "collect (/p/py4j/java_gateway.py:1) 300",
         f"{in_driver};import (json.py:1) 30",
     ]

@@ -10,7 +10,7 @@ import yaml
 from lakeprep_airflow.spec import DAILY_STAGES, WINDOW_STAGES, SpecError, load_spec, stage_params
 from lakeprep_contracts import labels
 from lakeprep_contracts.window_fit import FitParams
-from lakeprep_jobs import common
+from lakeprep_jobs import stage_args
 from lakeprep_jobs.export_shards import ExportParams
 from lakeprep_jobs.preprocess import PreprocessParams
 from lakeprep_jobs.validate import ValidateParams
@@ -39,8 +39,8 @@ def test_each_stage_gets_the_label_as_a_number_or_its_bins():
     # Sampling counts the bins as classes.
     assert params["sample"]["label_classes"] == [0, 1, 2, 3]
     # The jobs take them (an unknown key would be a TypeError).
-    common.params_from(ValidateParams, params["validate"])
-    common.params_from(PreprocessParams, params["preprocess"])
+    stage_args.params_from(ValidateParams, params["validate"])
+    stage_args.params_from(PreprocessParams, params["preprocess"])
 
 
 def test_the_window_stages_fit_the_target_and_export_the_bins_as_strata():
@@ -48,11 +48,11 @@ def test_the_window_stages_fit_the_target_and_export_the_bins_as_strata():
     params = {
         s: stage_params(spec, s, lake_root="file:///l", ds="2024-01-03", run_id="r") for s in WINDOW_STAGES
     }
-    fit = common.params_from(FitParams, params["fit_transform"])
+    fit = stage_args.params_from(FitParams, params["fit_transform"])
     assert fit.label_type == "continuous" and fit.label_classes == [0, 1, 2, 3] and fit.label_names is None
     # The contract serving replays reads the label as a number (validate's params).
     assert params["fit_transform"]["contract"]["validate"]["label_type"] == "continuous"
-    export = common.params_from(ExportParams, params["export_shards"])
+    export = stage_args.params_from(ExportParams, params["export_shards"])
     assert export.label_classes == [0, 1, 2, 3] and export.balance.strategy == "none"
 
 
@@ -118,7 +118,7 @@ def test_univariate_selection_of_a_continuous_label_is_f_regression_against_its_
     spec = load_spec(write(tmp_path, _set("stages.fit_transform.selector_mode", "numTopFeatures")))
     fit = stage_params(spec, "fit_transform", lake_root="file:///l", ds="2024-01-03", run_id="r")
     assert (fit["selector_mode"], fit["selector_label_type"]) == ("numTopFeatures", "continuous")
-    assert common.params_from(FitParams, fit).selector_label_type == "continuous"
+    assert stage_args.params_from(FitParams, fit).selector_label_type == "continuous"
     # Each day records the numerics' products with the target; without selection it does not.
     sample = stage_params(spec, "sample", lake_root="file:///l", ds="2024-01-03", run_id="r")
     assert sample["fit_profile"]["target_products"] is True and sample["fit_profile"]["target"] is True

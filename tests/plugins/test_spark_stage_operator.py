@@ -109,12 +109,12 @@ def test_a_failed_stage_fails_the_task_with_the_stages_own_message(monkeypatch, 
 
 def execute_failing_with(monkeypatch, tmp_path, error: BaseException | None) -> SparkStageOperator:
     """Execute a `sample` task whose spark-submit exits 1 after the job recorded `error`
-    as every stage does (`lakeprep_jobs.common.failure_recorded`); None: spark-submit dies
+    as every stage does (`lakeprep_jobs.failure.failure_recorded`); None: spark-submit dies
     before the job records anything (a master that does not answer, a killed driver)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.sdk.exceptions import AirflowException
 
-    from lakeprep_jobs import common
+    from lakeprep_jobs import failure
 
     part = tmp_path / "preprocess" / "flights" / "dt=2013-01-02"
     part.mkdir(parents=True)
@@ -125,7 +125,7 @@ def execute_failing_with(monkeypatch, tmp_path, error: BaseException | None) -> 
     def failing_submit(self, context):
         if error is not None:
             error_file = self.application_args[self.application_args.index("--error-file") + 1]
-            with pytest.raises(type(error)), common.failure_recorded(error_file):
+            with pytest.raises(type(error)), failure.failure_recorded(error_file):
                 raise error
         raise AirflowException("Cannot execute: spark-submit --master local[2] ... Error code is: 1.")
 
@@ -135,7 +135,7 @@ def execute_failing_with(monkeypatch, tmp_path, error: BaseException | None) -> 
 
 
 def _refusals():
-    from lakeprep_jobs import common
+    from lakeprep_jobs import stage_args
     from lakeprep_jobs.validate import ContractError
 
     @dataclasses.dataclass(frozen=True)
@@ -143,7 +143,7 @@ def _refusals():
         fraction: float
 
     try:
-        common.params_from(SampleParams, {"fractoin": 0.5})
+        stage_args.params_from(SampleParams, {"fractoin": 0.5})
     except ValueError as err:
         bad_params = err
     return [
@@ -299,8 +299,9 @@ def test_jobs_zip_holds_every_stage_and_is_content_addressed(tmp_path):
     first = jobs_package.build_zip(out_dir=tmp_path)
     assert jobs_package.build_zip(out_dir=tmp_path) == first
     names = set(zipfile.ZipFile(first).namelist())
-    stages = ("common", "validate", "preprocess", "sample", "fit_transform", "export_shards", "transform")
-    assert {f"lakeprep_jobs/{m}.py" for m in stages} <= names
+    stages = ("validate", "preprocess", "sample", "fit_transform", "export_shards", "transform", "fused")
+    shared = ("stage_entry", "stage_args", "failure", "session", "lake", "lake_io", "parquet_io")
+    assert {f"lakeprep_jobs/{m}.py" for m in (*stages, *shared)} <= names
     # The contracts travel with the jobs: modules and the JSON Schemas they read.
     assert {"lakeprep_contracts/layout.py", "lakeprep_contracts/schemas/transform.schema.json"} <= names
     jobs = tmp_path / "jobs"
@@ -666,7 +667,7 @@ def test_yarn_cluster_mode_fails_with_the_stage_error_from_the_driver_log(monkey
 
     from lakeprep_airflow.operators.spark_stage import StageRefused
     from lakeprep_contracts import submission
-    from lakeprep_jobs import common
+    from lakeprep_jobs import failure
     from lakeprep_jobs.validate import ContractError
 
     app_id, container = "application_1796560751232_0007", "container_1796560751232_0007_01_000001"
@@ -682,7 +683,7 @@ def test_yarn_cluster_mode_fails_with_the_stage_error_from_the_driver_log(monkey
         error_file = argv[argv.index("--error-file") + 1]
         assert not os.path.isabs(error_file)  # the driver container's working directory
         monkeypatch.chdir(tmp_path)
-        with pytest.raises(ContractError), common.failure_recorded(error_file):
+        with pytest.raises(ContractError), failure.failure_recorded(error_file):
             raise error
         driver["stdout"] = "26/12/06 12:43:14 INFO lakeprep sample: inputs a -> output b\n"
         driver["stderr"] = (

@@ -228,14 +228,14 @@ def test_stage_params_are_accepted_by_the_spark_job(stage):
     """The cross-runtime contract: what the operator sends is what the job's dataclass takes."""
 
     from lakeprep_contracts import knobs
-    from lakeprep_jobs import common
+    from lakeprep_jobs import stage_args
 
     spec = load_spec(FLIGHTS)
     params = spec_mod.stage_params(spec, stage, lake_root="file:///lake", ds="2013-01-02", run_id="r1")
     # Every declared knob of the stage reaches the job.
     assert {k.name for k in knobs.KNOBS[stage]} <= set(params)
     cls = params_class(stage)
-    built = common.params_from(cls, params)
+    built = stage_args.params_from(cls, params)
     assert dataclasses.asdict(built).items() >= params.items()
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from lakeprep_airflow.partition_status import check_partition
-from lakeprep_jobs import common, validate
+from lakeprep_jobs import failure, lake_io, validate
 from lakeprep_jobs.validate import ContractError, ValidateParams
 from tests.data.orders import HEADER, INVALID_UTF8, corpus, validate_params
 
@@ -180,7 +180,7 @@ def test_broken_input_has_its_defined_outcome(spark, tmp_path, case):
         assert "dt=2013-01-01" in str(err.value)
         # Inspectable, never complete: later stages and sensors refuse it.
         assert not check_partition(f"file://{out}").has_marker
-        assert json.loads((out / common.REPORT_NAME).read_text())["status"] == "failed"
+        assert json.loads((out / lake_io.REPORT_NAME).read_text())["status"] == "failed"
         return
     report = validate.run(spark, [src], f"file://{out}", p)
     assert (report["rows_in"], report["rows_out"], report["quarantine_reasons"]) == (
@@ -228,9 +228,9 @@ def test_a_record_over_the_csv_parsers_limit_is_refused_naming_the_file_and_the_
     with pytest.raises(ContractError, match=rf"dt=2013-01-01: \S+/b\.csv holds .*{limit}") as err:
         validate.run(spark, [src], f"file://{out}", params(options={"header": "true", **options}))
     assert "source.options" in str(err.value)
-    assert common.is_refusal(err.value)
+    assert failure.is_refusal(err.value)
     assert not (out / "_SUCCESS").exists()
-    report = json.loads((out / common.REPORT_NAME).read_text())
+    report = json.loads((out / lake_io.REPORT_NAME).read_text())
     assert (report["status"], report["error"]) == ("failed", str(err.value))
 
 

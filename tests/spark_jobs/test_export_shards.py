@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from lakeprep_jobs import common, export_shards, fit_transform, parquet_footer
+from lakeprep_jobs import export_shards, fit_transform, lake_io, parquet_footer
 from lakeprep_jobs.export_shards import SplitPlan
 from lakeprep_train.manifest import load_manifest, verify_shards
 from tests.spark_jobs.window_data import DAY_3, day_rows, export_params, fit_params, land_day
@@ -330,7 +330,7 @@ def test_run_writes_balanced_shards_and_a_manifest_the_trainer_accepts(spark, tm
     assert schema.field("is_synthetic").type == pa.bool_()
 
     assert (out_dir / "_SUCCESS").exists()
-    assert json.loads((out_dir / common.REPORT_NAME).read_text()) == report
+    assert json.loads((out_dir / lake_io.REPORT_NAME).read_text()) == report
     assert report["rows_in"] == 15 and report["rows_out"] == 14 and report["rows_dropped_for_balance"] == 1
     assert not [p for p in out_dir.rglob("*") if p.name.startswith("_tmp_")]
 
@@ -459,7 +459,7 @@ def test_sampling_report_counts_every_step_and_reweight_sets_the_class_weights(s
     # Train 4 + 3 = 7 rows (labels 0,1,0,1 and 0,1,0): reweight changes no row, only the weights.
     inputs = window(spark, tmp_path)
     for uri, before in zip(inputs, ({"0": 6, "1": 5}, {"0": 5, "1": 4}), strict=True):
-        report_path = Path(uri.removeprefix("file://")) / common.REPORT_NAME
+        report_path = Path(uri.removeprefix("file://")) / lake_io.REPORT_NAME
         report_path.write_text(json.dumps({"stage": "sample", "rows_out": 8, "class_counts_before": before}))
     out_dir, report = export(spark, tmp_path, inputs, balance={"strategy": "reweight"})
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lakeprep_airflow import spec as spec_mod
-from lakeprep_jobs import common, fused
+from lakeprep_jobs import fused, lake_io, stage_entry
 
 REPO = Path(__file__).resolve().parents[2]
 PENGUINS = REPO / "tests" / "data" / "pipelines" / "penguins.yaml"
@@ -61,7 +61,7 @@ def snapshot(spark, part: Path) -> dict[str, object]:
 def test_every_stage_module_declares_its_stage():
     for stage in spec_mod.STAGES:
         assert fused.load_stage(stage).name == stage
-    for bad in ("common", "fused", "nope", "../validate", "lakeprep_jobs.validate"):
+    for bad in ("stage_entry", "fused", "nope", "../validate", "lakeprep_jobs.validate"):
         with pytest.raises(ValueError, match=f"plan names stage {bad!r}"):
             fused.load_stage(bad)
 
@@ -72,8 +72,8 @@ def test_fused_daily_stages_write_exactly_what_the_separate_stages_write(spark, 
     root = land(tmp_path, "lake")
     separate, written = {}, {}
     for entry in daily_plan(root):
-        call = common.prepare(fused.load_stage(entry["stage"]), entry["argv"])
-        separate[entry["stage"]] = common.run_stage(spark, call)
+        call = stage_entry.prepare(fused.load_stage(entry["stage"]), entry["argv"])
+        separate[entry["stage"]] = stage_entry.run_stage(spark, call)
     for stage in spec_mod.DAILY_STAGES:
         written[stage] = snapshot(spark, partition(root, stage))
         shutil.rmtree(root / stage)
@@ -88,12 +88,12 @@ def test_fused_daily_stages_write_exactly_what_the_separate_stages_write(spark, 
     # What the comparison covered: rows, the quarantine, the reports, validate's profile.
     assert {
         "part-*",
-        f"{common.QUARANTINE_DIR}/part-*",
-        common.REPORT_NAME,
+        f"{lake_io.QUARANTINE_DIR}/part-*",
+        lake_io.REPORT_NAME,
         "_stats.json",
         "_SUCCESS",
     } <= set(written["validate"])
-    assert common.REPORT_NAME in written["preprocess"]  # no reference features: no profile
+    assert lake_io.REPORT_NAME in written["preprocess"]  # no reference features: no profile
     assert len(written["sample"]["part-*"][1]) == reports["sample"]["rows_out"] > 0
 
 

@@ -10,7 +10,7 @@ import pytest
 from pyspark.testing import assertDataFrameEqual
 
 from lakeprep_contracts.text import TOKENIZER
-from lakeprep_jobs import common, preprocess
+from lakeprep_jobs import failure, lake_io, preprocess
 from lakeprep_jobs.preprocess import PreprocessParams
 
 MAIN_SCHEMA = "flight_id string, delayed int, hour int, distance double, carrier string, model string"
@@ -125,7 +125,7 @@ def test_run_end_to_end(spark, tmp_path):
     assert report["rows_in"] == 6 and report["rows_out"] == 4 and report["rows_quarantined"] == 2
     assert report["quarantine_reasons"] == {"conflicting duplicate id": 1, "exact duplicate": 1}
     assert report["reference_unmatched"] == {"weather": 1}
-    assert json.loads((out_dir / common.REPORT_NAME).read_text()) == report
+    assert json.loads((out_dir / lake_io.REPORT_NAME).read_text()) == report
     assert (out_dir / "_SUCCESS").exists()
     quarantine = spark.read.parquet(f"file://{out_dir}/_quarantine").collect()
     assert sorted(r["_reason"] for r in quarantine) == ["conflicting duplicate id", "exact duplicate"]
@@ -480,7 +480,7 @@ def test_a_day_before_the_first_snapshot_is_refused_naming_the_reference_and_the
         ValueError, match=r"reference 'weather' .* no snapshot dated on or before 2013-01-09"
     ) as err:
         preprocess.run(spark, [src], f"file://{out}", params(ref_uri, day="2013-01-09"))
-    assert "dt=2013-01-10" in str(err.value) and common.is_refusal(err.value)
+    assert "dt=2013-01-10" in str(err.value) and failure.is_refusal(err.value)
     assert not out.exists()
 
 
@@ -495,7 +495,7 @@ def test_an_incomplete_snapshot_is_waited_for_not_passed_over(spark, tmp_path):
         match=r"snapshot .*dt=2013-01-20, the newest on or before 2013-01-25, is not complete",
     ) as err:
         preprocess.run(spark, [src], f"file://{tmp_path}/out", params(ref_uri, day="2013-01-25"))
-    assert not common.is_refusal(err.value)
+    assert not failure.is_refusal(err.value)
 
 
 def test_snapshots_need_the_day_and_no_loose_files(spark, tmp_path):

@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from lakeprep_jobs import common, exact, sample
+from lakeprep_jobs import exact, lake_io, sample
 from lakeprep_jobs.sample import SampleParams
 
 SCHEMA = "id string, label int, num__x double"
@@ -82,7 +82,7 @@ def test_each_class_keeps_exactly_floor_of_fraction_times_n_plus_a_half(spark, b
 
     out = sampled(df, p, bucket_bits=bucket_bits)
 
-    assert common.class_counts(out, "label") == {
+    assert sample.class_counts(out, "label") == {
         "0": 600,  # 0.3 of 2000
         "1": 21,  # 0.5 of 41 = 20.5: round() would give 20
         "2": 11,  # 0.3 of 37 = 11.1
@@ -290,7 +290,7 @@ def test_split_of_an_id_ignores_the_seed_and_other_rows(spark):
 def test_split_shares_follow_the_params(spark):
     df = spark.createDataFrame(rows(2000, 0), SCHEMA)
     p = SampleParams(label_classes=[0], splits={"train": 0.5, "validation": 0.5, "test": 0.0})
-    counts = common.class_counts(sample.assign_split(df, p), "split")
+    counts = sample.class_counts(sample.assign_split(df, p), "split")
     assert "test" not in counts
     assert within_binomial(counts["train"], 2000, 0.5), counts
 
@@ -324,7 +324,7 @@ def test_stratified_split_agrees_with_the_hash_split_except_near_the_cuts(spark)
     exact_p = SampleParams(label_classes=[0], stratify_splits=True)
     by_rank = {r["id"]: r["split"] for r in sample.assign_split(df, exact_p).collect()}
 
-    assert common.class_counts(sample.assign_split(df, exact_p), "split") == {
+    assert sample.class_counts(sample.assign_split(df, exact_p), "split") == {
         "train": 1600,
         "validation": 200,
         "test": 200,
@@ -522,7 +522,7 @@ def test_run_end_to_end_report_matches_the_output(spark, tmp_path):
     }
     assert report["class_counts_before"] == {"0": 1200, "1": 300, "2": 40}
     assert report["class_counts_after"] == {"0": 600, "1": 300, "2": 0}
-    assert common.class_counts(out, "label") == {"0": 600, "1": 300}
+    assert sample.class_counts(out, "label") == {"0": 600, "1": 300}
     assert report["splits"] == {
         s: {str(c): by_split_class.get((s, c), 0) for c in (0, 1, 2)} for s in ("train", "validation", "test")
     }
@@ -530,7 +530,7 @@ def test_run_end_to_end_report_matches_the_output(spark, tmp_path):
     assert report["rows_in"] == 1540
     assert report["rows_out"] == out.count() == 900
     assert report["rows_sampled_out"] == 640
-    assert json.loads((out_dir / common.REPORT_NAME).read_text()) == report
+    assert json.loads((out_dir / lake_io.REPORT_NAME).read_text()) == report
 
 
 def test_run_reports_each_stratum_and_split_of_the_hash_split(spark, tmp_path):
@@ -598,7 +598,7 @@ def test_strata_without_the_label_count_classes_from_the_written_rows(spark, tmp
 
     written = spark.read.parquet(out)
     assert report["class_counts_before"] == {"0": 300, "1": 100}
-    assert report["class_counts_after"] == common.class_counts(written, "label")
+    assert report["class_counts_after"] == sample.class_counts(written, "label")
     by_split_class = counts_by(written, "split", "label")
     assert report["splits"] == {
         s: {str(c): by_split_class.get((s, c), 0) for c in (0, 1)} for s in ("train", "validation", "test")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from lakeprep_contracts import submission
-from lakeprep_jobs import common
+from lakeprep_jobs import failure, stage_args
 
 
 def test_an_encoded_argv_reaches_the_job_as_it_was():
@@ -18,7 +18,7 @@ def test_an_encoded_argv_reaches_the_job_as_it_was():
     assert not set(encoded[1]) - set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=")
     assert submission.decode_argv(encoded) == plan
     assert submission.decode_argv(argv) == argv  # not encoded: as it is
-    parsed = common.parse_args(submission.encode_argv(argv), "stage")
+    parsed = stage_args.parse_args(submission.encode_argv(argv), "stage")
     assert (parsed.inputs, parsed.output, parsed.params) == (["hdfs://nn/raw/dt=1"], "o", params)
 
 
@@ -36,7 +36,7 @@ def test_the_driver_log_gives_back_each_error_files_last_record(capsys, monkeypa
     monkeypatch.chdir(tmp_path)  # the file lands in the working directory, as in a container
 
     for message in ("first", "multi\nline"):
-        with pytest.raises(ValueError), common.failure_recorded("lakeprep-sample.error"):
+        with pytest.raises(ValueError), failure.failure_recorded("lakeprep-sample.error"):
             raise ValueError(message)
     lines = [
         "26/12/06 12:00:00 INFO lakeprep sample: inputs a -> output b",

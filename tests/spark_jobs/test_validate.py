@@ -8,7 +8,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from lakeprep_airflow.partition_status import check_partition
 from lakeprep_contracts import records
-from lakeprep_jobs import common, validate
+from lakeprep_jobs import lake_io, parquet_io, stage_args, validate
 from lakeprep_jobs.validate import ContractError, ValidateParams
 
 CSV = """id,amount,kind,when
@@ -72,7 +72,7 @@ def test_bad_rows_are_quarantined_with_the_column_named_and_accounting_balances(
     reasons = {r["_reason"] for r in quarantine.collect()}
     assert "bad double in amount: not-a-number" in reasons
     assert all(r["_source_file"].endswith("part-00000.csv") for r in quarantine.collect())
-    saved = json.loads((tmp_path / "validate" / "dt=2013-01-01" / common.REPORT_NAME).read_text())
+    saved = json.loads((tmp_path / "validate" / "dt=2013-01-01" / lake_io.REPORT_NAME).read_text())
     assert saved["rows_quarantined"] == 3
 
 
@@ -125,7 +125,7 @@ def test_quarantine_share_above_threshold_commits_an_incomplete_partition(spark,
     assert (out / "_quarantine").is_dir()
     assert not (out / "_SUCCESS").exists()
     assert not check_partition(f"file://{out}").has_marker
-    saved = json.loads((out / common.REPORT_NAME).read_text())
+    saved = json.loads((out / lake_io.REPORT_NAME).read_text())
     assert saved["status"] == "failed"
     assert "above max_quarantine_share" in saved["error"]
     assert saved["rows_out"] == len(spark.read.parquet(f"file://{out}").collect()) == 3
@@ -152,7 +152,7 @@ def test_a_rerun_that_fails_replaces_the_complete_partition(spark, tmp_path):
     with pytest.raises(ContractError, match="missing"):
         validate.run(spark, [src], f"file://{out}", params())
     assert not (out / "_SUCCESS").exists()
-    assert json.loads((out / common.REPORT_NAME).read_text())["status"] == "failed"
+    assert json.loads((out / lake_io.REPORT_NAME).read_text())["status"] == "failed"
 
 
 def test_run_twice_gives_the_same_partition(spark, tmp_path):
@@ -169,7 +169,7 @@ def test_run_twice_gives_the_same_partition(spark, tmp_path):
 
 def test_unknown_param_is_refused_before_spark():
     with pytest.raises(ValueError, match="bad --params for ValidateParams"):
-        common.params_from(ValidateParams, {"format": "csv", "colums": []})
+        stage_args.params_from(ValidateParams, {"format": "csv", "colums": []})
 
 
 JSONL = """{"id": "a", "amount": 1, "kind": "x", "when": "2013-01-01T05:00:00Z"}
@@ -211,7 +211,7 @@ def test_parquet_partition_is_typed_against_the_contract(spark, tmp_path):
 def test_report_name_is_the_same_fact_on_both_sides():
     from lakeprep_airflow.spec import REPORT_NAME
 
-    assert common.REPORT_NAME == REPORT_NAME
+    assert lake_io.REPORT_NAME == REPORT_NAME
 
 
 # ------------------------------------------------------------ reasons, names, null tokens
@@ -479,7 +479,7 @@ def test_the_demo_flights_validate_as_before(spark, demo_lake, tmp_path):
     from lakeprep_airflow.spec import load_spec, stage_params
 
     spec = load_spec(common_repo() / "pipelines" / "flights.yaml")
-    p = common.params_from(
+    p = stage_args.params_from(
         ValidateParams, stage_params(spec, "validate", lake_root=demo_lake, ds="2013-01-01", run_id="t")
     )
     out = f"file://{tmp_path}/out"
@@ -512,7 +512,7 @@ def test_penguins_days_validate_with_their_exported_headers(spark, tmp_path):
     assert penguins.land(lake, PENGUIN_DAYS) == {d: rows for d, (rows, _, _) in PENGUIN_DAYS.items()}
     spec = load_spec(common_repo() / "tests" / "data" / "pipelines" / "penguins.yaml")
     for day, (rows, passed, reasons) in PENGUIN_DAYS.items():
-        p = common.params_from(
+        p = stage_args.params_from(
             ValidateParams, stage_params(spec, "validate", lake_root=lake, ds=day, run_id="t")
         )
         out = f"{lake}/validate/penguins/dt={day}"
@@ -605,11 +605,11 @@ def test_written_rows_that_differ_from_the_counted_ones_fail_the_stage(spark, tm
     staging = f"file://{tmp_path}/staged"
     spark.createDataFrame([(1,), (2,)], "x int").write.parquet(staging)
     spark.createDataFrame([(3,)], "x int").write.parquet(f"{staging}/_quarantine")
-    common.check_written(spark, staging, 2, 1, "raw/dt=D")
+    parquet_io.check_written(spark, staging, 2, 1, "raw/dt=D")
     with pytest.raises(RuntimeError, match=r"partition raw/dt=D: accounting mismatch: expected 3 kept"):
-        common.check_written(spark, staging, 3, 1, "raw/dt=D")
+        parquet_io.check_written(spark, staging, 3, 1, "raw/dt=D")
     with pytest.raises(RuntimeError, match=r"wrote 2 \+ 1"):
-        common.check_written(spark, staging, 2, 2, "raw/dt=D")
+        parquet_io.check_written(spark, staging, 2, 2, "raw/dt=D")
 
 
 def test_a_continuous_label_is_a_finite_number_or_quarantined_naming_the_column_and_value(spark):

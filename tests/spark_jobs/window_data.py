@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from lakeprep_contracts import layout, window_fit
-from lakeprep_jobs import common
+from lakeprep_jobs import lake_io
 from lakeprep_jobs.export_shards import ExportParams
 from lakeprep_jobs.fit_statistics import split_statistics
 from lakeprep_jobs.fit_transform import FitParams
@@ -30,7 +30,7 @@ def land_day(
     df = spark.createDataFrame(rows, schema)
     df.repartition(2).write.mode("overwrite").parquet(f"file://{part}")
     assert (part / "_SUCCESS").exists()
-    (part / common.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
+    (part / lake_io.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
     p = params or fit_params()
     statistics = split_statistics(df, window_fit.profile(p), p.label_classes)
     (part / layout.FIT_STATISTICS).write_text(json.dumps(statistics, sort_keys=True))
@@ -66,7 +66,7 @@ def land_sampled_day(
         rows_per_file=rows_per_file,
         row_group_rows=row_group_rows,
     )
-    (part / common.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
+    (part / lake_io.REPORT_NAME).write_text(json.dumps({"stage": "sample", "rows_out": len(rows)}))
     p = fit_params()
     statistics = split_statistics(df, window_fit.profile(p), p.label_classes)
     (part / layout.FIT_STATISTICS).write_text(json.dumps(statistics, sort_keys=True))

@@ -21,7 +21,7 @@ job writes it to the stage's `--error-file`, a local file in client mode, and pr
 on the driver's stderr: `lakeprep_contracts.stage_errors`); spark-submit's command line and
 log tail, or YARN's diagnostics, stay in the chained cause. When the job says the error refuses
 the input or the parameters (a ContractError, a FitError, bad `--params`, a value Spark
-cannot cast: `lakeprep_jobs.common.is_refusal`), the task fails without retries
+cannot cast: `lakeprep_jobs.failure.is_refusal`), the task fails without retries
 (`StageRefused`); a spark-submit that dies without such a refusal (a NameNode or master
 that does not answer, a lost executor, a killed driver) is retried as usual.
 
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 def stage_argv(
     inputs: Sequence[str], output: str, params: dict[str, Any], error_file: str | None = None
 ) -> list[str]:
-    """The argv contract every `lakeprep_jobs` stage parses (see `common.parse_args`)."""
+    """The argv contract every `lakeprep_jobs` stage parses (see `stage_args.parse_args`)."""
     argv: list[str] = []
     for uri in inputs:
         argv += ["--input", uri]
@@ -178,7 +178,7 @@ def spark_log_conf(conf: Mapping[str, str], level: str, config_uri: str) -> dict
     log) reads the file from its start: `-Dlog4j2.configurationFile`, placed before the
     options `conf` already has so an explicit one wins. Executors on a cluster start
     before `--files` reach them; they get the level from the driver (`spark.log.level`,
-    synced to them by `lakeprep_jobs.common`). An explicit `spark.log.level` wins too.
+    synced to them by `lakeprep_jobs.session`). An explicit `spark.log.level` wins too.
     """
     driver = f"-Dlog4j2.configurationFile={config_uri} -Dlakeprep.spark.log.level={level}"
     return with_java_options(
@@ -287,7 +287,7 @@ class StageRefused(StageFailed, AirflowFailException):
 def read_error_file(path: str) -> tuple[str, bool] | None:
     """The job's error in `path` and whether it is a refusal; None when the job wrote none.
 
-    The job writes `{"error": ..., "refusal": ...}` (`lakeprep_jobs.common.failure_recorded`);
+    The job writes `{"error": ..., "refusal": ...}` (`lakeprep_jobs.failure.failure_recorded`);
     any other text is taken as the message of an error worth a retry.
     """
     text = Path(path).read_text(encoding="utf-8").strip()

@@ -9,7 +9,7 @@ params a `SparkStageOperator` would pass (`spec.stage_io`, `spec.stage_params`),
 window decided by `wait_for_window`. The partitions are the same either way; each stage
 commits its own by staging and rename (`lakeprep_jobs.lake.PartitionCommit`).
 
-A stage that refuses its input or parameters (`lakeprep_jobs.common.is_refusal`) fails the
+A stage that refuses its input or parameters (`lakeprep_jobs.failure.is_refusal`) fails the
 task without retries, as a Spark stage does; anything else (an unreachable NameNode, a
 day not committed yet) is retried.
 """
@@ -43,11 +43,13 @@ def runs_in_worker(spec: spec_mod.DatasetSpec, stages: Sequence[str]) -> bool:
 def _run_stage(
     stage: str, lake: Any, inputs: list[str], output: str, params: dict[str, Any]
 ) -> dict[str, Any]:
-    from lakeprep_jobs import common, export_manifest, export_shards, fit_transform
+    from lakeprep_jobs import export_manifest, export_shards, fit_transform, stage_args
 
     if stage == "fit_transform":
-        return fit_transform.run_on(lake, inputs, output, common.params_from(fit_transform.FitParams, params))
-    p = common.params_from(export_shards.ExportParams, params)
+        return fit_transform.run_on(
+            lake, inputs, output, stage_args.params_from(fit_transform.FitParams, params)
+        )
+    p = stage_args.params_from(export_shards.ExportParams, params)
     if p.shards != "prepared":
         raise ValueError(
             f"export_shards writes {p.shards} shards for this run (stages.export_shards.shards), "
@@ -94,7 +96,7 @@ class WindowStageOperator(RunSpecMixin, StageLineageMixin, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         from lakeprep_airflow.retrain import describe_export_events
         from lakeprep_airflow.worker_lake import WorkerLake
-        from lakeprep_jobs import common
+        from lakeprep_jobs import failure
 
         spec = self.run_spec()
         lake_root = self.lake_root_uri()
@@ -119,8 +121,8 @@ class WindowStageOperator(RunSpecMixin, StageLineageMixin, BaseOperator):
             try:
                 report = _run_stage(stage, lake, inputs, output, params)
             except Exception as err:
-                failure = StageRefused if common.is_refusal(err) else StageFailed
-                raise failure(f"stage {stage} failed: {type(err).__name__}: {err}") from err
+                error_class = StageRefused if failure.is_refusal(err) else StageFailed
+                raise error_class(f"stage {stage} failed: {type(err).__name__}: {err}") from err
             log_rows(self.log, stage, report)
             reports[stage] = report
         describe_export_events(context, self.outlets, spec, ds=self.run_ds, partition_uri=output)
