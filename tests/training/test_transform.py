@@ -666,3 +666,29 @@ def test_apply_transform_gives_the_shard_columns():
 def test_apply_transform_names_a_missing_feature_column():
     with pytest.raises(tf.TransformError, match="numeric feature 'seats' \\(num__seats\\) is not among"):
         tf.apply_transform(pa.table({"distance": [1.0]}), make_doc())
+
+
+def test_apply_transform_gives_a_continuous_labels_value():
+    """A regression's label is its value (float32, as the loader gives `target`), not a class id."""
+    doc = make_doc()
+    doc["label"] = {
+        **doc["label"],
+        "type": "continuous",
+        "target": {"column": "target", "mean": 3.0, "std": 2.0},
+    }
+    table = pa.table(
+        {
+            "flight_id": ["a", "b"],
+            "delayed": [12.5, -3.25],
+            "distance": [1400.0, 5000.0],
+            "seats": [160.0, 100.0],
+            "carrier": ["UA", "EV"],
+            "day_of_week": pa.array([7, 1], pa.int64()),
+            "plane_model": ["BOEING 737", None],
+            "note": ["late", None],
+        }
+    )
+    out = tf.apply_transform(table, doc)
+    assert out["label"].dtype == np.float32 and out["label"].tolist() == [12.5, -3.25]
+    with pytest.raises(tf.TransformError, match=r"label column 'delayed' has missing values or values that"):
+        tf.apply_transform(table.set_column(1, "delayed", pa.array([1.0, None])), doc)

@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import regex
 
 from lakeprep_contracts import documents, layout
+from lakeprep_contracts import labels as label_kinds
 from lakeprep_contracts.encode import (
     ROLES,
     TransformError,
@@ -698,8 +699,8 @@ def apply_transform(
     joins (a pyarrow Table, or a mapping of name -> array). Returns the shard columns
     (``lakeprep_contracts.encode.encode``): ``num__*`` float32 ``[n]``, ``cat__*`` int32
     ``[n]``, ``txt__*`` int32 ``[n, max_tokens]``, plus ``id`` (object array of str) and
-    ``label`` (int32) when their columns are present. ``zone`` renders timestamps as
-    strings (defaults to the contract's ``time_zone``, else UTC).
+    ``label`` (int32; a continuous label's value, float32) when their columns are present.
+    ``zone`` renders timestamps as strings (defaults to the contract's ``time_zone``, else UTC).
 
     :raises TransformError: naming the feature column that is missing or has a type
         its role cannot take.
@@ -717,7 +718,16 @@ def apply_transform(
     if id_column in columns:
         out["id"] = np.asarray(spark_string(columns[id_column], zone=zone).to_pylist(), dtype=object)
     label_column = doc["label"]["column"]
-    if label_column in columns:
+    if label_column in columns and label_kinds.fitted_target(doc["label"]) is not None:
+        # A continuous label: its value, as the loader gives the trainer `target` (float32).
+        values = clean_numeric(columns[label_column], where=f"label {label_column!r}")
+        if not np.isfinite(values).all():
+            raise TransformError(
+                f"label column {label_column!r} has missing values or values that are not finite "
+                "numbers; serving rejects them first"
+            )
+        out["label"] = values.astype(np.float32)
+    elif label_column in columns:
         names = doc["label"].get("names")
         if names is None:
             labels = clean_numeric(columns[label_column], where=f"label {label_column!r}")
