@@ -188,12 +188,14 @@ def _is_live_local(session: SparkSession) -> bool:
         return False
 
 
-def stop_in_process_spark() -> None:
+def stop_in_process_spark(*, jvm: bool = False) -> None:
     """Stop this process's Spark session and context, whoever started them, however dead.
 
     `SparkSession.stop` clears the class-level state that `getOrCreate` reuses; when the
     gateway JVM itself is gone it cannot, so that state is dropped here and the next
-    session launches a new gateway.
+    session launches a new gateway. ``jvm``: end a live gateway JVM too, so that the next
+    session starts one that reads the environment's Spark configuration as it is now
+    (spark-submit reads `SPARK_CONF_DIR` when it launches the JVM, not per session).
     """
     from py4j.protocol import Py4JError
     from pyspark import SparkContext
@@ -211,7 +213,7 @@ def stop_in_process_spark() -> None:
                 context.stop()
         except (Py4JError, OSError):  # py4j raises ConnectionRefusedError as it is
             gateway_gone = True
-    if gateway_gone:
+    if gateway_gone or (jvm and gateway is not None):
         if context is not None:
             context._jsc = None
             if getattr(context, "_accumulatorServer", None) is not None:
@@ -269,9 +271,10 @@ class LocalSpark:
             )
         return self._session
 
-    def stop(self) -> None:
-        """Stop the in-process session (ours or another); the next `get` starts one again."""
-        stop_in_process_spark()
+    def stop(self, *, jvm: bool = False) -> None:
+        """Stop the in-process session (ours or another), and with ``jvm`` its gateway JVM;
+        the next `get` starts one again."""
+        stop_in_process_spark(jvm=jvm)
         self._session = None
 
 

@@ -234,15 +234,23 @@ def test_a_failing_stage_on_yarn_fails_with_its_own_error(
     assert not lake_fs.WebHdfsFS("webhdfs_default").exists(f"{refused}/_SUCCESS")
 
 
-def test_torch_distributor_trains_two_cpu_ranks_on_yarn(yarn_env, tmp_path):
+def test_torch_distributor_trains_two_cpu_ranks_on_yarn(yarn_env, local_spark, tmp_path):
     """The `spark` training backend with the YARN connection: the Airflow worker is the
     driver (client mode, the distributor runs in-process), the two ranks a barrier stage
     on the NodeManager's executor."""
     from tests.integration.test_spark_backend import RUN_DS, spark_handoff
 
+    # An Airflow task is a new process; this test's worker may hold a JVM that an earlier
+    # test launched with another cluster's spark-defaults.conf, which the next session
+    # would reuse without YARN's (one executor of two cores): the barrier stage then waits
+    # for a second slot that never comes. End it, as a new task process would start clean.
+    local_spark.stop(jvm=True)
     lake, op = spark_handoff(tmp_path, export_world_size=2, world_size=2, num_processes=2)
     before = {app["id"] for app in lakeprep_apps()}
-    result = op.execute({})
+    try:
+        result = op.execute({})
+    finally:
+        local_spark.stop(jvm=True)  # the later tests' sessions do not inherit YARN's JVM
     metrics = result["metrics"]
     assert metrics["world_size"] == 2 and metrics["device"] == "cpu"
     model = lake / "models" / "flights" / f"dt={RUN_DS}"

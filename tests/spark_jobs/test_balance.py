@@ -454,6 +454,7 @@ def test_export_balances_and_augments_train_only(spark, tmp_path):
 def test_reweight_weights_reach_the_trainers_loss(spark, tmp_path, monkeypatch):
     import torch
 
+    from lakeprep_train import loop
     from lakeprep_train import train as trainer
     from lakeprep_train.manifest import load_manifest
 
@@ -464,13 +465,13 @@ def test_reweight_weights_reach_the_trainers_loss(spark, tmp_path, monkeypatch):
     assert manifest["class_weights"] == {c: round(n / (2 * k), 6) for c, k in counts.items()}
 
     seen = []
-    real_loss = trainer.training_loss
+    real_loss = loop.training_loss
 
-    def spy(logits, labels, class_weight):
+    def spy(logits, labels, class_weight, target=None):
         seen.append(class_weight)
-        return real_loss(logits, labels, class_weight)
+        return real_loss(logits, labels, class_weight, target)
 
-    monkeypatch.setattr(trainer, "training_loss", spy)
+    monkeypatch.setattr(loop, "training_loss", spy)
     loaded = load_manifest(str(out / "manifest.json"))
     args = trainer.parse_args(
         [
@@ -491,8 +492,8 @@ def test_reweight_weights_reach_the_trainers_loss(spark, tmp_path, monkeypatch):
 
     # And the weights change the loss: a minority-class mistake costs more.
     logits, labels = torch.tensor([2.0, -2.0]), torch.tensor([1, 1])
-    weighted = trainer.training_loss(logits, labels, torch.tensor(expected))
-    plain = trainer.training_loss(logits, labels, None)
+    weighted = real_loss(logits, labels, torch.tensor(expected))
+    plain = real_loss(logits, labels, None)
     assert float(weighted) == pytest.approx(float(plain) * expected[1], rel=1e-6)
     metrics = json.loads((tmp_path / "model" / "metrics.json").read_text())
     assert metrics["baseline"]["source"] == "train"
