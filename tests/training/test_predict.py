@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from lakeprep_jobs.export_shards import feature_schema
 from lakeprep_train import predict, serving, train
 from lakeprep_train import transform as tf
 from lakeprep_train.evaluate import evaluate_split
@@ -109,32 +110,7 @@ def write_model_inputs(root: Path) -> tuple[Path, Path, dict[str, list[str]]]:
                 }
             ],
         }
-        features = [
-            *(
-                {"name": s["output"], "role": "numeric", "dtype": "float32", "shape": []}
-                for s in doc["numeric"]
-            ),
-            *(
-                {
-                    "name": s["output"],
-                    "role": "categorical",
-                    "dtype": "int32",
-                    "shape": [],
-                    "cardinality": s["cardinality"],
-                }
-                for s in doc["categorical"]
-            ),
-            *(
-                {
-                    "name": s["output"],
-                    "role": "text",
-                    "dtype": "int32",
-                    "shape": [s["max_tokens"]],
-                    "vocab_size": s["cardinality"],
-                }
-                for s in doc["text"]
-            ),
-        ]
+        features = feature_schema(doc)  # as the export writes them
     train_counts = counts_by_split["train"]
     manifest = {
         "format_version": 1,
@@ -490,29 +466,7 @@ def write_regression_inputs(root: Path) -> tuple[Path, Path, dict[str, list[str]
             },
             "shards": [{**entry, "rank": 0, "rows": n}],
         }
-    features = [
-        {"name": s["output"], "role": "numeric", "dtype": "float32", "shape": []} for s in doc["numeric"]
-    ]
-    features += [
-        {
-            "name": s["output"],
-            "role": "categorical",
-            "dtype": "int32",
-            "shape": [],
-            "cardinality": s["cardinality"],
-        }
-        for s in doc["categorical"]
-    ]
-    features += [
-        {
-            "name": s["output"],
-            "role": "text",
-            "dtype": "int32",
-            "shape": [s["max_tokens"]],
-            "vocab_size": s["cardinality"],
-        }
-        for s in doc["text"]
-    ]
+    features = feature_schema(doc)  # as the export writes them
     manifest = {
         "format_version": 1,
         "dataset": "toy_flights",
